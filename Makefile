@@ -1,0 +1,30 @@
+# Quick start (fresh machine):  make run   |   make test
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+INPUT   ?= ../shared/corpus/policy_docs.csv
+DATA    ?= data
+PROFILE ?= cpu-small
+
+.PHONY: setup run test bench clean
+
+setup: $(VENV)/.setup-stamp
+
+# idempotent: reinstalls only when pyproject.toml changes
+$(VENV)/.setup-stamp: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+run: setup
+	$(BIN)/python -m flows.pipeline --input $(INPUT) --data-dir $(DATA) --profile $(PROFILE)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python bench/pipeline_bench.py --input $(INPUT)
+
+clean:
+	rm -rf $(DATA)

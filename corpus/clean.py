@@ -1,0 +1,180 @@
+"""Cleaning rules of SPEC §3 (thesis §3.2.2): each rule is a named function ``text -> (text, n)``
+returning the cleaned text and how many matches it changed, so the stage report counts every rule.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_CHAR = re.compile(f"[{CJK}]")
+# CJK characters plus full-width punctuation: context in which half-width marks become full width
+_CJK_CTX = f"[{CJK}\u3000-\u303f\uff00-\uffef“”‘’]"
+
+Rule = Callable[[str], "tuple[str, int]"]
+
+
+def _sub(pattern: re.Pattern, repl, text: str) -> tuple[str, int]:
+    return pattern.subn(repl, text)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b-\u200f\u2028\u2029\ufeff]")
+_ODD_SPACE = re.compile(r"[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000\t]")
+
+
+def remove_control_chars(text: str) -> tuple[str, int]:
+    """Remove control and zero-width characters (``\\x0c`` form feeds, BOMs); odd spaces become ' '."""
+    text, n = _sub(_CONTROL, "", text)
+    text, m = _sub(_ODD_SPACE, " ", text)
+    return text, n + m
+
+
+_MOJIBAKE = re.compile(r"[\ufffd\ue000-\uf8ff]|(?:[ÃÂâ][\u0080-\u00bf€™œ\u201a-\u201e]){1,}")
+
+
+def remove_mojibake(text: str) -> tuple[str, int]:
+    """Remove replacement chars (U+FFFD), private-use glyphs from PDF fonts, and UTF-8-as-Latin-1 runs (``â€”``)."""
+    return _sub(_MOJIBAKE, "", text)
+
+
+_SOFT_NEWLINE = re.compile(r"(?<![。！？；!?;：:\n])[ \t]*\n[ \t]*(?!\n)")
+_PARAGRAPH = re.compile(r"\s*\n\s*\n\s*")
+
+
+def join_broken_lines(text: str) -> tuple[str, int]:
+    """Replace newlines that are not paragraph boundaries (no end mark before, no blank line) by nothing."""
+    text, n = _sub(_SOFT_NEWLINE, "", text)
+    text, m = _sub(_PARAGRAPH, "\n", text)
+    return text, n + m
+
+
+_URL = re.compile(r"(?:https?://|www\.)[A-Za-z0-9\-._~:/?#\[\]@!$&'*+,;=%]+"
+                  r"|(?<![A-Za-z0-9\-.@])[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.(?:com|cn|org|net|gov|edu)(?![A-Za-z])"
+                  r"(?:/[A-Za-z0-9\-._~/?=&%#]*)?")
+
+
+def remove_urls(text: str) -> tuple[str, int]:
+    """Remove ``http(s)://…``, ``www.…`` and bare ``….com/.cn/.org/.net/.gov/.edu`` addresses."""
+    return _sub(_URL, "", text)
+
+
+_TABLE_ROW = re.compile(r"\|(?:[^|\n]{0,40}\|){2,}")
+_DASH_TABLE = re.compile(f"(?:[{CJK}A-Za-z0-9]{{1,8}}——){{2,}}[{CJK}A-Za-z0-9]{{1,8}}(?:——)?")
+
+
+def remove_table_residue(text: str) -> tuple[str, int]:
+    """Remove ``|xx|yy|`` table rows and runs of >= 3 short column names joined by ``——``."""
+    text, n = _sub(_TABLE_ROW, "", text)
+    text, m = _sub(_DASH_TABLE, "", text)
+    return text, n + m
+
+
+_FOOTER = re.compile(r"第\s*\d+\s*页(?:\s*[,，/]?\s*共\s*\d+\s*页)?|共\s*\d+\s*页|(?<![A-Za-z0-9\-—–])[-—–]\s*\d{1,3}\s*[-—–](?![A-Za-z0-9\-—–])")
+
+
+def remove_page_footers(text: str) -> tuple[str, int]:
+    """Remove page numbering: ``第 x 页``, ``第 x 页 共 y 页``, ``- 3 -``, ``— 3 —``."""
+    return _sub(_FOOTER, "", text)
+
+
+_ATTACHMENT = re.compile(r"附件\s*[:：]?\s*\d{1,2}\s*[:：.、]?\s*(?=\n|$)|^附件\s*\d{0,2}\s*[:：]?\s*$", re.M)
+
+
+def remove_attachment_lines(text: str) -> tuple[str, int]:
+    """Remove attachment marker lines (``附件 1``, ``附件：``) standing alone on a line or at the end."""
+    return _sub(_ATTACHMENT, "", text)
+
+
+_REF_MARK = re.compile(r"\[\s*(?:图|表|注)?\s*\d{1,3}\s*\]|［\s*\d{1,3}\s*］|(?<=[^\s\d(（])\(\d{1,2}\)")
+
+
+def remove_reference_marks(text: str) -> tuple[str, int]:
+    """Remove bracketed reference marks: ``[1]``, ``[图 1]``, ``[表2]`` and ``(1)`` glued to preceding text."""
+    return _sub(_REF_MARK, "", text)
+
+
+_HALF_TO_FULL = {":": "：", ",": "，", ";": "；", "?": "？", "!": "！", "(": "（", ")": "）"}
+_HALF_BEFORE = re.compile(f"(?<={_CJK_CTX})\\s*([:,;?!()])(?!\\d)")
+_HALF_AFTER = re.compile(f"([:,;?!()])\\s*(?={_CJK_CTX})")
+
+
+def normalize_punctuation(text: str) -> tuple[str, int]:
+    """Half-width ``: , ; ? ! ( )`` next to Chinese text become full width (``，`` ``：`` …); ``1,000`` stays."""
+    n = 0
+
+    def repl(m: re.Match) -> str:
+        return _HALF_TO_FULL[m.group(1)]
+
+    text, a = _HALF_BEFORE.subn(repl, text)
+    text, b = _HALF_AFTER.subn(repl, text)
+    n = a + b
+    return text, n
+
+
+_CJK_SPACE = re.compile(f"(?<={_CJK_CTX})[ ]+(?={_CJK_CTX})")
+_MULTI_SPACE = re.compile(r"[ ]{2,}")
+
+
+def remove_cjk_spaces(text: str) -> tuple[str, int]:
+    """Remove spaces between CJK characters/punctuation; collapse other runs of spaces to one."""
+    text, n = _sub(_CJK_SPACE, "", text)
+    text, m = _sub(_MULTI_SPACE, " ", text)
+    return text, n + m
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("control_chars", remove_control_chars),
+    ("mojibake", remove_mojibake),
+    ("broken_lines", join_broken_lines),
+    ("urls", remove_urls),
+    ("table_residue", remove_table_residue),
+    ("page_footers", remove_page_footers),
+    ("attachment_lines", remove_attachment_lines),
+    ("reference_marks", remove_reference_marks),
+    ("punctuation", normalize_punctuation),
+    ("cjk_spaces", remove_cjk_spaces),
+)
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """Cleaning and rejection settings (SPEC §3).
+
+    min_chars: documents shorter than this after cleaning are rejected (chars).
+    min_cjk_ratio: documents whose share of CJK characters among non-space chars is lower are
+        rejected as mostly non-Chinese.
+    near_dup_threshold: MinHash Jaccard threshold for near-duplicates (0 disables).
+    num_perm: MinHash permutations; shingle: character n-gram size of the shingles.
+    """
+
+    min_chars: int = 20
+    min_cjk_ratio: float = 0.3
+    near_dup_threshold: float = 0.9
+    num_perm: int = 128
+    shingle: int = 5
+
+
+def clean_text(text: str) -> tuple[str, Counter]:
+    """Apply every rule of :data:`RULES` in order (after NFC normalisation).
+
+    Returns:
+        ``(cleaned text, Counter rule name -> matches changed)``.
+    """
+    counts: Counter = Counter()
+    text = unicodedata.normalize("NFC", text)
+    for name, rule in RULES:
+        text, n = rule(text)
+        if n:
+            counts[name] += n
+    return text.strip(), counts
+
+
+def cjk_ratio(text: str) -> float:
+    """Share of CJK ideographs among the non-whitespace characters of ``text`` (0.0 for empty)."""
+    chars = [c for c in text if not c.isspace()]
+    if not chars:
+        return 0.0
+    return sum(1 for c in chars if _CJK_CHAR.match(c)) / len(chars)

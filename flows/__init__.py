@@ -1,0 +1,1 @@
+"""Prefect flows: orchestration only (stage logic lives in crawler/, corpus/, model/, retrieval/)."""

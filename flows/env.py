@@ -1,0 +1,36 @@
+"""Process environment for the CLI entry points: the embedded Prefect home under the data dir.
+
+Prefect reads its settings when it is imported, so the entry points set these variables and
+re-execute themselves before importing prefect. A user who points ``PREFECT_API_URL`` at a server
+keeps it: only the local home, database and result storage move under the data dir.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+MARK = "POLICYBERT_PREFECT_ENV"
+
+
+def prefect_env(data_dir: str | os.PathLike) -> dict[str, str]:
+    """Variables that keep Prefect's home, SQLite database and task results under ``data_dir/.prefect``."""
+    home = Path(data_dir).resolve() / ".prefect"
+    return {
+        "PREFECT_HOME": str(home),
+        "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LOG_PRINTS": "true",
+        MARK: str(home),
+    }
+
+
+def reexec_with_prefect_env(data_dir: str | os.PathLike, module: str) -> None:
+    """Re-run ``python -m module argv…`` with :func:`prefect_env` set, unless already set."""
+    env = prefect_env(data_dir)
+    if os.environ.get(MARK) == env[MARK]:
+        return
+    os.environ.update(env)
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]])
+

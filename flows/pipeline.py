@@ -1,0 +1,78 @@
+"""The main job: ``policy_pipeline`` from documents to a FAISS index (SPEC §1).
+
+    python -m flows.pipeline --input ../shared/corpus/policy_docs.csv --data-dir data --profile cpu-small
+
+Stages (one cached task each): import -> clean -> sentences -> segment -> vocab -> datasets ->
+pretrain data -> pretrain -> finetune (PolicySM-1) -> index -> sample query. A rerun with nothing
+changed hits the cache for every stage; a killed run resumes at the first unfinished one.
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":  # validate, and set Prefect's home under the data dir, before prefect is imported
+    from flows.cli import preflight
+
+    preflight("flows.pipeline")
+
+import json
+import sys
+from pathlib import Path
+
+from prefect import flow
+
+from flows.profiles import get_profile
+from flows.summary import build_summary, format_summary
+from storage import atomic_write_text
+from storage import layout as L
+from tasks import stages as T
+
+
+def _sibling(path: str, name: str) -> str | None:
+    p = Path(path).parent / name
+    return str(p) if p.is_file() else None
+
+
+@flow(name="policy-pipeline", log_prints=True)
+def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sources_csv: str | None = None,
+                    stopwords: str | None = None) -> dict:
+    """Run every stage on a CSV export ``input`` into ``data_dir``; returns the run summary.
+
+    ``sources_csv`` / ``stopwords`` default to ``policy_sources.csv`` / ``stopwords.txt`` beside the input.
+    """
+    cfg = get_profile(profile)
+    data_dir = str(Path(data_dir).resolve())
+    sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
+    stopwords = stopwords or _sibling(input, "stopwords.txt")
+    r: dict = {}
+    r["import"] = T.import_documents(data_dir, str(Path(input).resolve()), sources_csv)
+    r["clean"] = T.clean(data_dir, cfg.clean, wait_for=[r["import"]])
+    r["sentences"] = T.sentences(data_dir, cfg.sentences, wait_for=[r["clean"]])
+    r["segment"] = T.segment(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
+    r["vocab"] = T.vocab(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
+    r["datasets"] = T.datasets(data_dir, cfg.pairs, wait_for=[r["sentences"]])
+    r["pretrain_data"] = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs,
+                                         wait_for=[r["vocab"], r["segment"]])
+    r["pretrain"] = T.pretrain(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, wait_for=[r["pretrain_data"]])
+    r["finetune"] = T.finetune(data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], r["datasets"]])
+    r["index"] = T.index(data_dir, cfg.chunks, cfg.embed_batch_size, wait_for=[r["finetune"]])
+    r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
+    summary = build_summary(cfg.name, r)
+    atomic_write_text(Path(data_dir) / L.SUMMARY, json.dumps(summary, ensure_ascii=False, indent=1))
+    print(format_summary(summary))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (see :mod:`flows.cli`): validate, run the flow, print the summary."""
+    from transformers.utils import logging as hf_logging
+
+    from flows.cli import preflight
+
+    args = preflight("flows.pipeline", argv, reexec=False)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    policy_pipeline(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""Query the serving index: ``python -m flows.search QUERY --data-dir DIR -k 5 [--min-score S]``.
+
+Prints one JSON line per hit: score, doc_id, title, source, url, start, end, text.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flows.search")
+    parser.add_argument("query")
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("-k", type=int, default=5)
+    parser.add_argument("--min-score", type=float, default=None)
+    args = parser.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    from retrieval.stages import query_index
+    from storage import layout as L
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        hits = query_index(Path(args.data_dir) / L.INDEX, args.query, args.k, args.min_score)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for h in hits:
+        print(json.dumps({k: h[k] for k in ("score", "doc_id", "title", "source", "url", "start", "end", "text")},
+                         ensure_ascii=False, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""``PolicyBertConfig``: a BERT config plus the char-word fusion settings (SPEC §6)."""
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+FUSIONS = ("none", "gate", "attn")
+
+
+class PolicyBertConfig(PretrainedConfig):
+    """Configuration of PolicyBERT (thesis §3.1).
+
+    The BERT fields (``vocab_size`` … ``layer_norm_eps``) describe the char encoder; the word
+    encoder shares ``hidden_size``/heads/intermediate size.
+
+    Args:
+        fusion: ``"none"`` (ZEN: add), ``"gate"`` (sigmoid gate, bias ``gate_bias_init``) or
+            ``"attn"`` (multi-head attention from chars to char-aligned word states).
+        num_word_layers: BERT layers of the word encoder (L_w <= num_hidden_layers; 0 = plain BERT).
+        word_vocab_size: size of the word vocabulary incl. id 0 = padding.
+        max_words: words per example (matching matrix rows).
+        gate_bias_init: initial bias of the gate's Linear (5.0: the gate starts open).
+
+    Raises:
+        ValueError: unknown fusion, or num_word_layers outside [0, num_hidden_layers].
+    """
+
+    model_type = "policybert"
+
+    def __init__(self, vocab_size: int = 21128, hidden_size: int = 768, num_hidden_layers: int = 12,
+                 num_attention_heads: int = 12, intermediate_size: int = 3072, hidden_act: str = "gelu",
+                 hidden_dropout_prob: float = 0.1, attention_probs_dropout_prob: float = 0.1,
+                 max_position_embeddings: int = 512, type_vocab_size: int = 2,
+                 initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, pad_token_id: int = 0,
+                 fusion: str = "gate", num_word_layers: int = 6, word_vocab_size: int = 104089,
+                 max_words: int = 40, gate_bias_init: float = 5.0, classifier_dropout: float | None = None,
+                 **kwargs):
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        if not 0 <= num_word_layers <= num_hidden_layers:
+            raise ValueError(f"num_word_layers={num_word_layers} must be in [0, {num_hidden_layers}]")
+        kwargs.setdefault("is_decoder", False)
+        kwargs.setdefault("add_cross_attention", False)
+        tie = kwargs.pop("tie_word_embeddings", True)
+        super().__init__(pad_token_id=pad_token_id, **kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.fusion = fusion
+        self.num_word_layers = num_word_layers
+        self.word_vocab_size = word_vocab_size
+        self.max_words = max_words
+        self.gate_bias_init = gate_bias_init
+        self.classifier_dropout = classifier_dropout
+        self.tie_word_embeddings = tie
+        self.is_decoder = kwargs["is_decoder"]
+        self.add_cross_attention = kwargs["add_cross_attention"]
+        if not hasattr(self, "chunk_size_feed_forward"):
+            self.chunk_size_feed_forward = 0

@@ -1,0 +1,192 @@
+"""Model inputs of SPEC §6: char ids, vocabulary word matches, matching matrix, batching.
+
+Chars are single characters (whitespace dropped, latin lower-cased) looked up in a BERT
+``vocab.txt`` (``BertTokenizer(vocab=...)``); a word match is ``(start, length, word_id)`` for every
+occurrence of every vocabulary word in the char sequence.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def to_chars(text: str) -> list[str]:
+    """The char tokens of a text: every non-whitespace character, latin lower-cased."""
+    return [c.lower() for c in text if not c.isspace()]
+
+
+def build_char_vocab(texts: Iterable[str], min_freq: int = 1) -> list[str]:
+    """BERT vocab lines: the 5 specials, then chars seen >= ``min_freq`` times (freq desc, then char)."""
+    counts = Counter(c for t in texts for c in to_chars(t))
+    chars = sorted((c for c, n in counts.items() if n >= min_freq and c not in SPECIALS), key=lambda c: (-counts[c], c))
+    return list(SPECIALS) + chars
+
+
+def save_char_tokenizer(vocab: Sequence[str], out_dir: str | os.PathLike):
+    """Write ``vocab.txt`` and save a ``BertTokenizer`` over it (HF ``save_pretrained`` layout).
+
+    Returns the tokenizer.
+    """
+    from transformers import BertTokenizer
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = BertTokenizer(vocab=str(out_dir / "vocab.txt"), do_lower_case=True, tokenize_chinese_chars=True)
+    tok.save_pretrained(str(out_dir))
+    return tok
+
+
+class CharEncoder:
+    """Maps chars to ids of a BERT tokenizer's vocab (unknown -> ``[UNK]``).
+
+    Args:
+        vocab: token -> id (e.g. ``BertTokenizer.get_vocab()``); must hold the 5 specials.
+
+    Raises:
+        ValueError: a special token is missing.
+    """
+
+    def __init__(self, vocab: dict[str, int]):
+        missing = [s for s in SPECIALS if s not in vocab]
+        if missing:
+            raise ValueError(f"char vocab lacks special tokens {missing}")
+        self.vocab = vocab
+        self.pad, self.unk, self.cls, self.sep, self.mask = (vocab[s] for s in SPECIALS)
+        self.size = max(vocab.values()) + 1
+        self._normal_ids = np.array(sorted(i for t, i in vocab.items() if t not in SPECIALS), dtype=np.int64)
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike) -> "CharEncoder":
+        """Load from a folder with ``vocab.txt`` (a tokenizer or checkpoint dir)."""
+        from transformers import BertTokenizer
+
+        return cls(BertTokenizer(vocab=str(Path(path) / "vocab.txt")).get_vocab())
+
+    def ids(self, chars: Sequence[str]) -> list[int]:
+        """Ids of char tokens (see :func:`to_chars`)."""
+        get, unk = self.vocab.get, self.unk
+        return [get(c, unk) for c in chars]
+
+    def random_ids(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` random non-special ids (for the 10% random replacement of MLM)."""
+        return self._normal_ids[rng.integers(len(self._normal_ids), size=n)]
+
+
+class WordMatcher:
+    """Finds every occurrence of every vocabulary word (lengths min..max) in a char sequence.
+
+    Word ids are 1..V in vocab order; 0 is padding. ``size`` = V + 1 (the model's word_vocab_size).
+    """
+
+    def __init__(self, words: Sequence[str]):
+        self.word_to_id = {w.lower(): i + 1 for i, w in enumerate(words)}
+        lengths = [len(w) for w in self.word_to_id] or [2]
+        self.min_len, self.max_len = min(lengths), max(lengths)
+        self.size = len(words) + 1
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "WordMatcher":
+        """Load from a ``vocab.txt`` with one word per line."""
+        return cls([w for w in Path(path).read_text(encoding="utf-8").splitlines() if w])
+
+    def match(self, chars: Sequence[str], offset: int = 0) -> list[tuple[int, int, int]]:
+        """``(start + offset, length, word_id)`` of all vocabulary words in ``chars``."""
+        out, get = [], self.word_to_id.get
+        n = len(chars)
+        for i in range(n):
+            for ln in range(self.min_len, min(self.max_len, n - i) + 1):
+                wid = get("".join(chars[i:i + ln]))
+                if wid:
+                    out.append((i + offset, ln, wid))
+        return out
+
+
+@dataclass
+class Encoded:
+    """One example: input_ids, token_type_ids (seq_len,), word_ids (n_words,), word_spans [(start, len)]."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    word_ids: list[int]
+    word_spans: list[tuple[int, int]]
+
+
+def truncate_pair(a: list, b: list | None, max_tokens: int) -> tuple[list, list | None]:
+    """Longest-first truncation so that ``len(a) + len(b) <= max_tokens``."""
+    a, b = list(a), (list(b) if b is not None else None)
+    while len(a) + (len(b) if b is not None else 0) > max_tokens:
+        if b is not None and len(b) > len(a):
+            b.pop()
+        else:
+            a.pop()
+    return a, b
+
+
+def encode(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncoder, matcher: WordMatcher,
+           max_len: int, max_words: int, rng: np.random.Generator) -> Encoded:
+    """``[CLS] a [SEP] (b [SEP])`` char ids with word matches (never across ``[SEP]``).
+
+    Words are every vocabulary occurrence, shuffled with ``rng`` and cut to ``max_words``.
+    """
+    a, b = truncate_pair(chars_a, chars_b, max_len - (3 if chars_b is not None else 2))
+    ids = [enc.cls] + enc.ids(a) + [enc.sep]
+    tt = [0] * len(ids)
+    words = matcher.match(a, offset=1)
+    if b is not None:
+        words += matcher.match(b, offset=len(ids))
+        ids += enc.ids(b) + [enc.sep]
+        tt += [1] * (len(b) + 1)
+    if words:
+        order = rng.permutation(len(words))[:max_words]
+        words = [words[i] for i in order]
+    return Encoded(ids, tt, [w[2] for w in words], [(w[0], w[1]) for w in words])
+
+
+def collate(examples: Sequence[dict], max_words: int, pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad a batch of example dicts (input_ids, token_type_ids, word_ids, word_spans, optional
+    mlm_labels / nsp_label / label) into tensors.
+
+    Returns:
+        input_ids, attention_mask, token_type_ids (batch, seq_len); word_ids (batch, W);
+        matching_matrix (batch, W, seq_len) float 0/1 with W = min(max_words, max words in batch) >= 1;
+        labels (batch, seq_len) -100 padded; next_sentence_label / labels (batch,).
+    """
+    b = len(examples)
+    seq = max(len(e["input_ids"]) for e in examples)
+    w = max(1, min(max_words, max(len(e["word_ids"]) for e in examples)))
+    ids = torch.full((b, seq), pad_id, dtype=torch.long)
+    att = torch.zeros((b, seq), dtype=torch.long)
+    tt = torch.zeros((b, seq), dtype=torch.long)
+    wid = torch.zeros((b, w), dtype=torch.long)
+    mm = torch.zeros((b, w, seq), dtype=torch.float32)
+    out = {}
+    has_mlm = "mlm_labels" in examples[0]
+    if has_mlm:
+        mlm = torch.full((b, seq), -100, dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = len(e["input_ids"])
+        ids[i, :n] = torch.tensor(list(e["input_ids"]))
+        att[i, :n] = 1
+        tt[i, :n] = torch.tensor(list(e["token_type_ids"]))
+        for q, (wd, (start, length)) in enumerate(zip(list(e["word_ids"])[:w], list(e["word_spans"])[:w])):
+            wid[i, q] = int(wd)
+            mm[i, q, int(start):int(start) + int(length)] = 1.0
+        if has_mlm:
+            mlm[i, :n] = torch.tensor(list(e["mlm_labels"]))
+    out.update(input_ids=ids, attention_mask=att, token_type_ids=tt, word_ids=wid, matching_matrix=mm)
+    if has_mlm:
+        out["labels"] = mlm
+    if "nsp_label" in examples[0]:
+        out["next_sentence_label"] = torch.as_tensor([int(e["nsp_label"]) for e in examples])
+    if "label" in examples[0]:
+        out["labels"] = torch.as_tensor([int(e["label"]) for e in examples])
+    return out

@@ -1,0 +1,174 @@
+"""Model stages as storage-to-storage steps (SPEC §6): pretraining data, pretraining, fine-tuning.
+
+Checkpoints are HF ``save_pretrained`` folders that also hold the char tokenizer (``vocab.txt``)
+and the word vocabulary (``word_vocab.txt``) plus ``metrics.json``, so a checkpoint alone reloads
+the model and its inputs exactly. Never imports prefect.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from model.configuration import PolicyBertConfig
+from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
+from model.modeling import PolicyBertForPreTraining, PolicyBertForSequenceClassification, PolicyBertModel
+from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
+from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, train
+from storage import atomic_path, code_version, manifest_fingerprint, read_manifest, read_table, write_table
+
+MODEL_PACKAGES = ("model", "storage")
+WORD_VOCAB = "word_vocab.txt"
+log = logging.getLogger(__name__)
+
+
+def _copy_inputs_files(tokenizer_dir: Path, vocab_dir: Path, dest: Path) -> None:
+    for f in tokenizer_dir.iterdir():
+        if f.is_file():
+            shutil.copy2(f, dest / f.name)
+    shutil.copy2(vocab_dir / "vocab.txt", dest / WORD_VOCAB)
+
+
+def load_inputs(ckpt_dir: str | os.PathLike) -> tuple[CharEncoder, WordMatcher]:
+    """Char encoder and word matcher saved beside a checkpoint."""
+    ckpt_dir = Path(ckpt_dir)
+    return CharEncoder.from_dir(ckpt_dir), WordMatcher.from_file(ckpt_dir / WORD_VOCAB)
+
+
+def tokenizer_stage(sentences_dir, out_dir, char_backbone: str | None = None, min_freq: int = 1) -> dict:
+    """Char tokenizer: the backbone's ``vocab.txt`` when given, else chars of the corpus sentences."""
+    with atomic_path(out_dir) as tmp:
+        if char_backbone:
+            vocab = Path(char_backbone, "vocab.txt").read_text(encoding="utf-8").splitlines()
+        else:
+            vocab = build_char_vocab(read_table(sentences_dir, ["text"])["text"], min_freq)
+        save_char_tokenizer(vocab, tmp)
+        (tmp / "inputs.json").write_text(json.dumps({"sentences": manifest_fingerprint(sentences_dir),
+                                                     "char_backbone": char_backbone}))
+    return {"char_vocab_size": len(vocab)}
+
+
+def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, split_of: dict[str, str],
+                        out_root, cfg: PretrainDataConfig, epochs: int) -> dict:
+    """``pretrain/epoch=N/`` tables (split=train/dev/test) for N in 0..epochs-1."""
+    sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"])
+    segs = read_table(segments_dir)
+    enc = CharEncoder.from_dir(tokenizer_dir)
+    matcher = WordMatcher.from_file(Path(vocab_dir) / "vocab.txt")
+    inputs = {"sentences": manifest_fingerprint(sentences_dir), "segments": manifest_fingerprint(segments_dir),
+              "vocab": manifest_fingerprint(vocab_dir)}
+    out = {}
+    for epoch in range(epochs):
+        df, stats = build_pretrain_epoch(sents, segs, split_of, enc, matcher, cfg, epoch)
+        write_table(df, Path(out_root) / f"epoch={epoch}", name="pretrain", config={**asdict(cfg), "epoch": epoch},
+                    code_version=code_version(MODEL_PACKAGES), inputs=inputs, stats=stats, partition_by="split")
+        out[f"epoch={epoch}"] = stats
+    return out
+
+
+def _examples(df: pd.DataFrame) -> list[dict]:
+    return df.to_dict("records")
+
+
+def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwargs: dict, cfg: TrainConfig,
+                   epochs: int, max_eval_examples: int = 2000, log_fn: Callable[[str], None] = print) -> dict:
+    """Pretrain PolicyBERT from scratch (MLM + NSP) on ``pretrain/epoch=*/split=train``.
+
+    Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
+    and saves the checkpoint with ``metrics.json`` to ``out_dir`` atomically.
+    """
+    enc = CharEncoder.from_dir(tokenizer_dir)
+    matcher = WordMatcher.from_file(Path(vocab_dir) / "vocab.txt")
+    config = PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size, **model_kwargs)
+    torch.manual_seed(cfg.seed)
+    model = PolicyBertForPreTraining(config)
+    fn = lambda ex: collate(ex, config.max_words, enc.pad)  # noqa: E731
+    runs = []
+    for epoch in range(epochs):
+        folder = Path(pretrain_root) / f"epoch={epoch}"
+        data = _examples(read_table(folder, partition={"split": "train"}))
+        runs.append(train(model, data, fn, cfg, log_fn))
+    held = read_table(Path(pretrain_root) / "epoch=0")
+    held = held[held["split"] != "train"]
+    if len(held) > max_eval_examples:
+        held = held.sample(max_eval_examples, random_state=cfg.seed)
+    metrics = {"train": runs, "heldout": evaluate_pretraining(model, _examples(held), fn, cfg),
+               "config": {**model_kwargs}, "train_config": asdict(cfg),
+               "inputs": {"pretrain": [manifest_fingerprint(Path(pretrain_root) / f"epoch={e}") for e in range(epochs)]}}
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        _copy_inputs_files(Path(tokenizer_dir), Path(vocab_dir), tmp)
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    return metrics
+
+
+def encode_pairs(pairs: pd.DataFrame, enc: CharEncoder, matcher: WordMatcher, max_len: int, max_words: int,
+                 seed: int) -> list[dict]:
+    """Pairs (text_a, text_b, label) -> example dicts for :func:`collate`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for a, b, label in zip(pairs["text_a"], pairs["text_b"], pairs["label"]):
+        e = encode(to_chars(a), to_chars(b), enc, matcher, max_len, max_words, rng)
+        out.append({"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "word_ids": e.word_ids,
+                    "word_spans": e.word_spans, "label": int(label)})
+    return out
+
+
+def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_len: int = 128,
+                   max_eval_examples: int | None = None, log_fn: Callable[[str], None] = print) -> dict:
+    """Fine-tune ``[CLS] -> Dropout -> Linear(2)`` on a PolicySM dataset; keep the best epoch by dev
+    accuracy; report accuracy and F1 on dev and test; save to ``out_dir`` atomically."""
+    enc, matcher = load_inputs(pretrained_dir)
+    model = PolicyBertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=2)
+    mw = model.config.max_words
+    fn = lambda ex: collate(ex, mw, enc.pad)  # noqa: E731
+    split = {s: read_table(dataset_dir, partition={"split": s}) for s in ("train", "dev", "test")}
+    if max_eval_examples:
+        for s in ("dev", "test"):
+            if len(split[s]) > max_eval_examples:
+                split[s] = split[s].sample(max_eval_examples, random_state=cfg.seed)
+    train_df = split["train"]
+    if cfg.max_steps:
+        cap = cfg.max_steps * cfg.batch_size * cfg.grad_accum
+        if len(train_df) > cap:
+            train_df = train_df.sample(cap, random_state=cfg.seed)
+    data = {s: encode_pairs(df, enc, matcher, max_len, mw, cfg.seed) for s, df in
+            (("train", train_df), ("dev", split["dev"]), ("test", split["test"]))}
+    best, best_state, runs = -1.0, None, []
+    per_round = TrainConfig(**{**asdict(cfg), "epochs": 1})
+    for _ in range(cfg.epochs if not cfg.max_steps else 1):
+        runs.append(train(model, data["train"], fn, per_round, log_fn))
+        dev = evaluate_classifier(model, data["dev"], fn, cfg)
+        if dev["accuracy"] > best:
+            best = dev["accuracy"]
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(best_state)
+    metrics = {"train": runs, "dev": evaluate_classifier(model, data["dev"], fn, cfg),
+               "test": evaluate_classifier(model, data["test"], fn, cfg),
+               "majority_test": float(max(split["test"]["label"].mean(), 1 - split["test"]["label"].mean()))
+               if len(split["test"]) else None,
+               "dataset": read_manifest(dataset_dir)["name"], "train_config": asdict(cfg),
+               "inputs": {"dataset": manifest_fingerprint(dataset_dir),
+                          "pretrained": json.loads(Path(pretrained_dir, "metrics.json").read_text()).get("inputs")}}
+    with atomic_path(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        for f in Path(pretrained_dir).iterdir():
+            if f.suffix == ".txt" or f.name.startswith(("tokenizer", "special_tokens")):
+                shutil.copy2(f, tmp / f.name)
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    return metrics
+
+
+def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEncoder, WordMatcher]:
+    """The encoder (``PolicyBertModel``) of any PolicyBERT checkpoint, with its char encoder and word matcher."""
+    model = PolicyBertModel.from_pretrained(ckpt_dir)
+    enc, matcher = load_inputs(ckpt_dir)
+    return model, enc, matcher

@@ -1,0 +1,57 @@
+"""Text embeddings from a PolicyBERT encoder (SPEC §7): mean over char states, L2-normalised.
+
+A text longer than the model's window is cut into windows of ``max_len - 2`` chars; the vector
+is the char-count-weighted mean of the windows' mean char states, then L2-normalised.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from model.features import CharEncoder, WordMatcher, collate, encode, to_chars
+from model.training import resolve_device
+
+
+@torch.no_grad()
+def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
+                max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13) -> np.ndarray:
+    """Embed texts with a ``PolicyBertModel``.
+
+    Returns:
+        float32 array (len(texts), hidden), rows L2-normalised (a text with no chars -> zeros).
+    """
+    dev = resolve_device(device)
+    model.to(dev).eval()
+    rng = np.random.default_rng(seed)
+    win = max_len - 2
+    windows, owner = [], []
+    for t, text in enumerate(texts):
+        chars = to_chars(text)
+        for s in range(0, len(chars), win):
+            e = encode(chars[s:s + win], None, enc, matcher, max_len, max_words, rng)
+            windows.append({"input_ids": e.input_ids, "token_type_ids": e.token_type_ids,
+                            "word_ids": e.word_ids, "word_spans": e.word_spans})
+            owner.append(t)
+    hidden = model.config.hidden_size
+    sums = np.zeros((len(texts), hidden), dtype=np.float64)
+    counts = np.zeros(len(texts), dtype=np.float64)
+    order = np.argsort([len(w["input_ids"]) for w in windows], kind="stable")
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        batch = {k: v.to(dev) for k, v in collate([windows[j] for j in idx], max_words).items()}
+        with (torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)):
+            states = model(**batch).last_hidden_state.float()
+        mask = batch["attention_mask"].clone()
+        mask[:, 0] = 0  # [CLS]
+        lengths = batch["attention_mask"].sum(1)
+        mask[torch.arange(len(idx), device=dev), lengths - 1] = 0  # [SEP]
+        summed = (states * mask.unsqueeze(-1)).sum(1).cpu().numpy()
+        n = mask.sum(1).cpu().numpy()
+        for row, j in enumerate(idx):
+            sums[owner[j]] += summed[row]
+            counts[owner[j]] += n[row]
+    vecs = sums / np.maximum(counts, 1)[:, None]
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    return (vecs / np.where(norms == 0, 1, norms)).astype(np.float32)

@@ -1,0 +1,18 @@
+"""Where each stage's output lives under a data dir (relative names are stable: cache keys use them)."""
+from __future__ import annotations
+
+DOCUMENTS = "documents"
+DOCUMENTS_CLEAN = "documents_clean"
+REJECTS = "rejects"
+SENTENCES = "sentences"
+SEGMENTS = "segments"
+VOCAB = "vocab"
+POLICYSM1 = "policysm1"
+POLICYSM2 = "policysm2"
+TOKENIZER = "tokenizer"
+PRETRAIN = "pretrain"
+PRETRAINED_MODEL = "models/pretrain"
+FINETUNED_MODEL = "models/finetune-policysm1"
+INDEX = "index"
+SUMMARY = "summary.json"
+PREFECT_HOME = ".prefect"

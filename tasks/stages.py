@@ -1,0 +1,119 @@
+"""One Prefect task per pipeline stage: thin wrappers over the library stage functions.
+
+Each task reads and writes under ``data_dir`` (layout in :mod:`storage.layout`), returns a small
+JSON summary (persisted by Prefect as the task result) and is cached by a content key
+(:mod:`tasks.caching`). Retries only on the GPU-bound tasks (training, embedding).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+
+from corpus import stages as text
+from corpus.clean import CleanConfig
+from corpus.pairs import PairConfig
+from corpus.sentences import SentenceConfig
+from corpus.vocab import VocabConfig
+from model import stages as mstages
+from model.pretrain_data import PretrainDataConfig
+from model.training import TrainConfig
+from retrieval import stages as rstages
+from retrieval.chunks import ChunkConfig
+from storage import layout as L
+from tasks.caching import content_cache_key, jsonable
+
+TEXT = ("corpus", "storage")
+MODEL = ("model", "storage")
+CACHED = {"persist_result": True, "result_serializer": "json"}
+
+
+def _p(data_dir: str, rel: str) -> Path:
+    return Path(data_dir) / rel
+
+
+@task(name="import-documents", cache_key_fn=content_cache_key(files=("input_csv", "sources_csv"),
+                                                              packages=("crawler", "storage")), **CACHED)
+def import_documents(data_dir: str, input_csv: str, sources_csv: str | None = None) -> dict:
+    """CSV export -> ``documents``."""
+    return text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
+
+
+@task(name="clean", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS,), packages=TEXT), **CACHED)
+def clean(data_dir: str, cfg: CleanConfig) -> dict:
+    """``documents`` -> ``documents_clean`` + ``rejects``."""
+    return text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
+
+
+@task(name="sentences", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN,), packages=TEXT), **CACHED)
+def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
+    """``documents_clean`` -> ``sentences``."""
+    return text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
+
+
+@task(name="segment", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
+      **CACHED)
+def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None) -> dict:
+    """``sentences`` -> ``segments`` (HanLP; backend recorded)."""
+    return text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict)
+
+
+@task(name="vocab", cache_key_fn=content_cache_key(inputs=(L.SEGMENTS,), files=("stopwords",), packages=TEXT),
+      **CACHED)
+def vocab(data_dir: str, stopwords: str | None, cfg: VocabConfig) -> dict:
+    """``segments`` -> ``vocab`` (+ vocab.txt)."""
+    return text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
+
+
+@task(name="datasets", cache_key_fn=content_cache_key(inputs=(L.SENTENCES, L.DOCUMENTS_CLEAN), packages=TEXT),
+      **CACHED)
+def datasets(data_dir: str, cfg: PairConfig) -> dict:
+    """``sentences`` -> ``policysm1/`` + ``policysm2/`` (split by document) with the shortcut probe."""
+    return text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
+
+
+@task(name="pretrain-data", cache_key_fn=content_cache_key(
+    inputs=(L.SENTENCES, L.SEGMENTS, L.VOCAB, L.DOCUMENTS_CLEAN), files=("char_backbone",), packages=MODEL), **CACHED)
+def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
+                  char_backbone: str | None = None) -> dict:
+    """Char tokenizer + ``pretrain/epoch=N/`` (whole-word masking, NSP), documents split as the datasets."""
+    tok = mstages.tokenizer_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.TOKENIZER), char_backbone)
+    split_of = text.document_splits(_p(data_dir, L.DOCUMENTS_CLEAN), pairs_cfg)
+    out = mstages.pretrain_data_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB),
+                                      _p(data_dir, L.TOKENIZER), split_of, _p(data_dir, L.PRETRAIN), cfg, epochs)
+    return {**tok, **out}
+
+
+@task(name="pretrain", retries=1, retry_delay_seconds=10,
+      cache_key_fn=content_cache_key(inputs=(L.PRETRAIN, L.TOKENIZER, L.VOCAB), packages=MODEL), **CACHED)
+def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int) -> dict:
+    """PolicyBERT pretraining (MLM + NSP) -> ``models/pretrain`` with held-out metrics."""
+    metrics = mstages.pretrain_stage(_p(data_dir, L.PRETRAIN), _p(data_dir, L.TOKENIZER), _p(data_dir, L.VOCAB),
+                                     _p(data_dir, L.PRETRAINED_MODEL), jsonable(model_kwargs), cfg, epochs)
+    return {"heldout": metrics["heldout"], "train": metrics["train"]}
+
+
+@task(name="finetune", retries=1, retry_delay_seconds=10,
+      cache_key_fn=content_cache_key(inputs=(L.PRETRAINED_MODEL, L.POLICYSM1), packages=MODEL), **CACHED)
+def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None) -> dict:
+    """Fine-tune on PolicySM-1 -> ``models/finetune-policysm1`` with dev/test accuracy and F1."""
+    m = mstages.finetune_stage(_p(data_dir, L.PRETRAINED_MODEL), _p(data_dir, L.POLICYSM1),
+                               _p(data_dir, L.FINETUNED_MODEL), cfg, max_eval_examples=max_eval_examples)
+    return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
+
+
+@task(name="index", retries=1, retry_delay_seconds=10,
+      cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL)),
+      **CACHED)
+def index(data_dir: str, cfg: ChunkConfig, batch_size: int = 64) -> dict:
+    """Chunks + embeddings + FAISS ``index/vN`` (switches ``index/CURRENT``)."""
+    return rstages.index_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
+                               _p(data_dir, L.INDEX), cfg, batch_size)
+
+
+@task(name="sample-query")
+def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
+    """Top-k hits for one query against the serving index (not cached: it reads the live index)."""
+    hits = rstages.query_index(_p(data_dir, L.INDEX), query, k)
+    return [{"score": h["score"], "title": h["title"], "source": h["source"], "url": h["url"],
+             "doc_id": h["doc_id"]} for h in hits]

@@ -1,0 +1,121 @@
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForSequenceClassification
+
+import model  # noqa: F401  (registers the Auto classes)
+from model import PolicyBertConfig, PolicyBertForPreTraining, PolicyBertForSequenceClassification, PolicyBertModel
+from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
+from model.pretrain_data import whole_word_mask
+
+
+def tiny_config(fusion="gate", **kw):
+    return PolicyBertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=64, fusion=fusion, num_word_layers=1,
+                            word_vocab_size=12, max_words=4, **kw)
+
+
+def tiny_batch():
+    ids = torch.randint(5, 60, (2, 10))
+    word_ids = torch.tensor([[3, 4, 0, 0], [5, 0, 0, 0]])
+    mm = torch.zeros(2, 4, 10)
+    mm[0, 0, 1:3] = 1
+    mm[0, 1, 4:6] = 1
+    mm[1, 0, 2:5] = 1
+    att = torch.ones(2, 10, dtype=torch.long)
+    att[1, 8:] = 0
+    return {"input_ids": ids, "attention_mask": att, "word_ids": word_ids, "matching_matrix": mm}
+
+
+@pytest.mark.parametrize("fusion", ["none", "gate", "attn"])
+def test_forward_shapes_and_backward(fusion):
+    torch.manual_seed(0)
+    m = PolicyBertForPreTraining(tiny_config(fusion))
+    b = tiny_batch()
+    out = m(**b, labels=b["input_ids"], next_sentence_label=torch.tensor([0, 1]))
+    assert out.prediction_logits.shape == (2, 10, 60) and out.seq_relationship_logits.shape == (2, 2)
+    out.loss.backward()
+    assert m.bert.word_embeddings.word_embeddings.weight.grad.abs().sum() > 0  # words reach the loss
+    assert m.cls.predictions.decoder.weight is m.bert.embeddings.word_embeddings.weight
+
+
+def test_words_change_the_output():
+    torch.manual_seed(0)
+    m = PolicyBertModel(tiny_config("none")).eval()
+    b = tiny_batch()
+    with torch.no_grad():
+        with_words = m(**b).last_hidden_state
+        without = m(b["input_ids"], b["attention_mask"]).last_hidden_state
+    assert not torch.allclose(with_words, without)
+
+
+def test_gate_bias_starts_open():
+    m = PolicyBertForSequenceClassification(tiny_config("gate"))
+    assert torch.all(m.bert.encoder.fusion[0].gate.bias == 5.0)
+
+
+def test_attn_fusion_masks_padding():
+    torch.manual_seed(0)
+    m = PolicyBertModel(tiny_config("attn")).eval()
+    b = tiny_batch()
+    with torch.no_grad():
+        a = m(**b).last_hidden_state[1, :8]
+        b2 = {k: v.clone() for k, v in b.items()}
+        b2["input_ids"][1, 8:] = 7  # change only padded positions
+        c = m(**b2).last_hidden_state[1, :8]
+    assert torch.allclose(a, c, atol=1e-5)
+
+
+@pytest.mark.parametrize("fusion", ["none", "gate", "attn"])
+def test_save_reload_identical_and_fusion_guard(tmp_path, fusion):
+    torch.manual_seed(0)
+    m = PolicyBertForSequenceClassification(tiny_config(fusion, num_labels=2)).eval()
+    m.save_pretrained(tmp_path)
+    again = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    assert type(again) is PolicyBertForSequenceClassification and again.config.fusion == fusion
+    b = tiny_batch()
+    with torch.no_grad():
+        assert torch.equal(m(**b).logits, again(**b).logits)
+        base = AutoModel.from_pretrained(tmp_path).eval()
+        assert torch.equal(m.bert(**b).last_hidden_state, base(**b).last_hidden_state)
+    other = "attn" if fusion != "attn" else "gate"
+    with pytest.raises(ValueError, match="refusing to load"):
+        AutoModel.from_pretrained(tmp_path, fusion=other)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="fusion"):
+        PolicyBertConfig(fusion="concat")
+    with pytest.raises(ValueError, match="num_word_layers"):
+        PolicyBertConfig(num_hidden_layers=2, num_word_layers=3)
+
+
+def test_features_word_matches_and_matching_matrix(tmp_path):
+    tok = save_char_tokenizer(build_char_vocab(["数据要素市场", "Data"]), tmp_path)
+    enc = CharEncoder(tok.get_vocab())
+    assert CharEncoder.from_dir(tmp_path).vocab == enc.vocab
+    matcher = WordMatcher(["数据", "数据要素", "要素", "市场"])
+    e = encode(to_chars("数据要素"), to_chars("市场"), enc, matcher, 32, 10, np.random.default_rng(0))
+    assert e.input_ids[0] == enc.cls and e.input_ids[5] == enc.sep and e.token_type_ids == [0] * 6 + [1] * 3
+    assert sorted(zip(e.word_spans, e.word_ids)) == [((1, 2), 1), ((1, 4), 2), ((3, 2), 3), ((6, 2), 4)]
+    batch = collate([{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "word_ids": e.word_ids,
+                      "word_spans": e.word_spans, "label": 1}], max_words=10)
+    mm = batch["matching_matrix"][0]
+    assert mm.shape == (4, 9)
+    for q, (start, length) in enumerate(e.word_spans):
+        assert mm[q].nonzero().flatten().tolist() == list(range(start, start + length))
+    assert batch["labels"].tolist() == [1]
+
+
+def test_whole_word_masking_masks_whole_units(tmp_path):
+    tok = save_char_tokenizer(build_char_vocab(["数据要素市场建设发展规划"]), tmp_path)
+    enc = CharEncoder(tok.get_vocab())
+    ids = [enc.cls] + enc.ids(to_chars("数据要素市场建设发展规划")) + [enc.sep]
+    units = [(1, 2), (3, 2), (5, 2), (7, 2), (9, 2), (11, 2)]
+    for seed in range(20):
+        masked, labels = whole_word_mask(ids, units, enc, 0.15, np.random.default_rng(seed))
+        chosen = [u for u in units if labels[u[0]] != -100]
+        assert len(chosen) == 1  # 15% of 12 chars -> one 2-char word
+        s, n = chosen[0]
+        assert all(labels[s + j] == ids[s + j] for j in range(n))  # the whole word is predicted
+        assert sum(1 for x in labels if x != -100) == n

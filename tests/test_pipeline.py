@@ -1,0 +1,116 @@
+"""Integration: the whole flow on a 5-document slice of the real corpus with the tiny profile."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage import read_manifest, read_table
+from storage import layout as L
+from tests.conftest import REPO, write_corpus
+
+STAGE_TASKS = {"import-documents", "clean", "sentences", "segment", "vocab", "datasets", "pretrain-data",
+               "pretrain", "finetune", "index"}
+
+
+def _task_states(flow_state) -> dict[str, str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id])))
+    return {r.task_key.rsplit("-", 1)[0] if False else r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(prefect_harness, real_slice, tmp_path_factory):
+    from flows.pipeline import policy_pipeline
+
+    data = tmp_path_factory.mktemp("data")
+    first = policy_pipeline(str(real_slice), str(data), "tiny", return_state=True)
+    second = policy_pipeline(str(real_slice), str(data), "tiny", return_state=True)
+    return data, first, second
+
+
+def test_every_stage_output(pipeline_run):
+    data, first, _ = pipeline_run
+    assert first.is_completed()
+    docs = read_table(data / L.DOCUMENTS)
+    assert len(docs) == 5 and docs["source"].nunique() >= 2 and docs["url"].notna().sum() >= 4
+    clean = read_table(data / L.DOCUMENTS_CLEAN)
+    rejects = read_table(data / L.REJECTS)
+    assert len(clean) + len(rejects) == 5 and (clean["n_chars"] > 100).all()
+    sents = read_table(data / L.SENTENCES)
+    assert len(sents) > 300 and set(sents["doc_id"]) == set(clean["doc_id"])
+    segs = read_manifest(data / L.SEGMENTS)
+    assert segs["stats"]["backend"] == "hanlp-dict" and segs["rows"] == len(sents)
+    vocab = read_manifest(data / L.VOCAB)
+    words = (data / L.VOCAB / "vocab.txt").read_text(encoding="utf-8").split()
+    assert len(words) == vocab["rows"] > 100 and vocab["stats"]["sentence_coverage"] > 0.9
+    assert vocab["stats"]["backend"] == "hanlp-dict" and "数据" in words
+    for name in (L.POLICYSM1, L.POLICYSM2):
+        pairs = read_table(data / name, verify=True)
+        assert set(pairs["split"]) == {"train", "dev", "test"}
+        docs_by_split = {s: set(pairs[pairs.split == s][["doc_a", "doc_b"]].stack()) for s in ("train", "dev", "test")}
+        assert not (docs_by_split["train"] & docs_by_split["dev"]) and not (docs_by_split["train"] & docs_by_split["test"])
+        assert not pairs.duplicated(["text_a", "text_b"]).any()
+    pre = read_table(data / L.PRETRAIN / "epoch=0")
+    assert set(pre["nsp_label"]) == {0, 1} and len(pre) > 100
+    for ckpt in (L.PRETRAINED_MODEL, L.FINETUNED_MODEL):
+        assert {"config.json", "model.safetensors", "vocab.txt", "word_vocab.txt", "metrics.json"} <= {
+            p.name for p in (data / ckpt).iterdir()}
+    metrics = json.loads((data / L.FINETUNED_MODEL / "metrics.json").read_text())
+    assert 0 <= metrics["test"]["accuracy"] <= 1 and metrics["test"]["examples"] > 0
+    idx = json.loads((data / L.INDEX / "v1" / "manifest.json").read_text())
+    assert (data / L.INDEX / "CURRENT").read_text() == "v1" and idx["size"] > 10
+    summary = json.loads((data / L.SUMMARY).read_text())
+    assert summary["documents_in"] == 5 and len(summary["sample_query"]) == 3
+    assert summary["sample_query"][0]["title"]
+
+
+def test_rerun_hits_the_cache_for_every_stage(pipeline_run):
+    _, first, second = pipeline_run
+    assert second.is_completed()
+    states = _task_states(second)
+    assert STAGE_TASKS <= set(states)
+    assert {t: states[t] for t in STAGE_TASKS} == {t: "Cached" for t in STAGE_TASKS}
+    assert {t: s for t, s in _task_states(first).items() if t in STAGE_TASKS} == {t: "Completed" for t in STAGE_TASKS}
+
+
+def test_search_cli_prints_json_lines(pipeline_run, capsys):
+    from flows.search import main
+
+    data, _, _ = pipeline_run
+    assert main(["什么是数据基础制度体系？", "--data-dir", str(data), "-k", "4"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 4 and {"score", "doc_id", "title", "source", "url", "text"} <= set(lines[0])
+    assert lines[0]["score"] >= lines[-1]["score"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flows.pipeline", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("case", ["missing", "columns", "empty", "unwritable", "crawl"])
+def test_bad_input_one_line_error_nothing_written(tmp_path, case):
+    data = tmp_path / "data"
+    inp = tmp_path / "in.csv"
+    if case == "columns":
+        inp.write_text("title,body\na,b\n", encoding="utf-8")
+    elif case in ("empty", "unwritable"):
+        write_corpus(inp, [] if case == "empty" else [{"title": "t", "contentText": "数据要素是基础。" * 10}])
+    if case == "unwritable":
+        data = tmp_path / "a-file"
+        data.write_text("x")
+    arg = "crawl" if case == "crawl" else str(inp)
+    res = _cli("--input", arg, "--data-dir", str(data), "--profile", "tiny")
+    assert res.returncode == 2
+    err = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ")
+    expected = {"missing": "not found", "columns": "lacks required column", "empty": "empty corpus",
+                "unwritable": "not writable", "crawl": "crawl"}[case]
+    assert expected in err[0]
+    if case != "unwritable":
+        assert not data.exists() or not [p for p in data.rglob("*") if p.is_file() and ".prefect" not in p.parts]
