@@ -6,9 +6,12 @@ INPUT   ?= ../shared/corpus/policy_docs.csv
 DATA    ?= data
 PROFILE ?= cpu-small
 
-.PHONY: setup run test bench clean
+.PHONY: setup system run test bench clean
 
-setup: $(VENV)/.setup-stamp
+setup: system $(VENV)/.setup-stamp
+
+system:
+	bash scripts/setup-system.sh
 
 # idempotent: reinstalls only when pyproject.toml changes
 $(VENV)/.setup-stamp: pyproject.toml

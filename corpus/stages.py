@@ -19,7 +19,16 @@ from corpus.segment import load_segmenter
 from corpus.sentences import SentenceConfig, build_sentences
 from corpus.vocab import VocabConfig, build_vocab, load_stopwords
 from crawler.csv_import import read_corpus_csv
-from storage import code_version, file_sha256, manifest_fingerprint, read_manifest, read_table, write_table
+from storage import (
+    code_version,
+    file_sha256,
+    json_sha256,
+    manifest_fingerprint,
+    read_manifest,
+    read_table,
+    text_sha256,
+    write_table,
+)
 
 TEXT_PACKAGES = ("corpus", "storage")
 
@@ -68,14 +77,33 @@ def sentences_stage(clean_dir, out_dir, cfg: SentenceConfig) -> dict:
     return stats
 
 
-def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str | None = None) -> dict:
-    """``sentences`` -> ``segments`` (doc_id, sent_idx, words) with the backend recorded."""
+def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str | None = None,
+                  cache_root: str | os.PathLike | None = None) -> dict:
+    """``sentences`` -> ``segments`` (doc_id, sent_idx, words) with the backend recorded.
+
+    With ``cache_root``, words are cached per sentence sha256 in a table under
+    ``cache_root/<backend model id hash>/``, so a re-run segments only sentences it has not seen.
+    """
     sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"])
     seg = load_segmenter(backend, user_dict)
-    words = seg.segment(sents["text"].tolist())
+    keys = [text_sha256(t) for t in sents["text"]]
+    cache_dir = Path(cache_root) / json_sha256([seg.backend, seg.model_id])[:16] if cache_root else None
+    cached: dict[str, list] = {}
+    if cache_dir is not None and (cache_dir / "manifest.json").is_file():
+        c = read_table(cache_dir)
+        cached = dict(zip(c["sentence_sha256"], c["words"]))
+    todo = sorted({k: t for k, t in zip(keys, sents["text"]) if k not in cached}.items())
+    fresh = dict(zip([k for k, _ in todo], seg.segment([t for _, t in todo]))) if todo else {}
+    words = [list(cached[k]) if k in cached else fresh[k] for k in keys]
+    if cache_dir is not None and fresh:
+        merged = {**cached, **fresh}
+        write_table(pd.DataFrame({"sentence_sha256": list(merged), "words": [list(v) for v in merged.values()]}),
+                    cache_dir, name="segment_cache", config={"backend": seg.backend, "model_id": seg.model_id},
+                    code_version=code_version(TEXT_PACKAGES))
     out = pd.DataFrame({"doc_id": sents["doc_id"], "sent_idx": sents["sent_idx"], "words": words})
     stats = {"sentences": int(len(out)), "words": int(sum(map(len, words))), "backend": seg.backend,
-             "model_id": seg.model_id, "chars": int(sents["text"].str.len().sum())}
+             "model_id": seg.model_id, "chars": int(sents["text"].str.len().sum()),
+             "segmented_now": len(fresh), "from_cache": int(len(keys) - sum(1 for k in keys if k in fresh))}
     write_table(out, out_dir, name="segments", config={"backend": backend, "user_dict": user_dict,
                                                        "resolved_backend": seg.backend, "model_id": seg.model_id},
                 code_version=code_version(TEXT_PACKAGES), inputs={"sentences": manifest_fingerprint(sentences_dir)},

@@ -49,6 +49,7 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     r["segment"] = T.segment(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
     r["vocab"] = T.vocab(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
     r["datasets"] = T.datasets(data_dir, cfg.pairs, wait_for=[r["sentences"]])
+    r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
     r["pretrain_data"] = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs,
                                          wait_for=[r["vocab"], r["segment"]])
     r["pretrain"] = T.pretrain(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, wait_for=[r["pretrain_data"]])

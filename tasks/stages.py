@@ -55,7 +55,8 @@ def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
       **CACHED)
 def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None) -> dict:
     """``sentences`` -> ``segments`` (HanLP; backend recorded)."""
-    return text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict)
+    return text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict,
+                              cache_root=_p(data_dir, L.SEGMENT_CACHE))
 
 
 @task(name="vocab", cache_key_fn=content_cache_key(inputs=(L.SEGMENTS,), files=("stopwords",), packages=TEXT),
@@ -117,3 +118,20 @@ def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
     hits = rstages.query_index(_p(data_dir, L.INDEX), query, k)
     return [{"score": h["score"], "title": h["title"], "source": h["source"], "url": h["url"],
              "doc_id": h["doc_id"]} for h in hits]
+
+
+@task(name="dataset-report", cache_key_fn=content_cache_key(
+    inputs=(L.DOCUMENTS, L.DOCUMENTS_CLEAN, L.REJECTS, L.SENTENCES, L.VOCAB, L.POLICYSM1, L.POLICYSM2),
+    packages=TEXT), **CACHED)
+def dataset_report(data_dir: str) -> dict:
+    """Data card (Markdown + PNG plots) under ``report/``, published as Prefect artifacts."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from corpus.report import build_report
+
+    rep = build_report(data_dir, _p(data_dir, L.REPORT))
+    create_markdown_artifact(markdown=rep["markdown"], key="dataset-report",
+                             description=f"Dataset report; plots in {_p(data_dir, L.REPORT)}")
+    create_table_artifact(table=rep["pairs"], key="policysm-pairs", description="PolicySM pairs per split/kind/label")
+    create_table_artifact(table=rep["probe"], key="shortcut-probe", description="Shortcut probe vs majority baseline")
+    return {"files": rep["files"], "probe": rep["probe"]}

@@ -109,3 +109,23 @@ def test_shortcut_probe_catches_a_leak():
              "split": "train" if i < 400 else "test"} for i in range(500)]
     res = shortcut_probe(pd.DataFrame(rows))
     assert res["accuracy"] > 0.95 and res["majority"] < 0.6
+
+
+def test_neural_backend_detects_a_cached_model_only(tmp_path, monkeypatch):
+    from corpus.segment import SegmenterUnavailable, cached_hanlp_model, load_segmenter
+
+    monkeypatch.setenv("HANLP_HOME", str(tmp_path))
+    url = "https://file.hankcs.com/hanlp/tok/coarse_electra_small_20220616_012050.zip"
+    assert cached_hanlp_model(url) is None
+    with pytest.raises(SegmenterUnavailable, match="not cached"):
+        load_segmenter("hanlp-neural")
+    folder = tmp_path / "tok" / "coarse_electra_small_20220616_012050"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert cached_hanlp_model(url) == folder
+
+
+def test_jieba_backend_for_comparison():
+    seg = load_segmenter("jieba")
+    words = seg.segment(["中共中央国务院关于构建数据基础制度的意见"])[0]
+    assert seg.backend == "jieba" and "".join(words) == "中共中央国务院关于构建数据基础制度的意见"
