@@ -16,6 +16,7 @@ from corpus.vocab import VocabConfig
 from model.pretrain_data import PretrainDataConfig
 from model.training import TrainConfig
 from retrieval.chunks import ChunkConfig
+from retrieval.index import IndexConfig
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class PipelineConfig:
     finetune: TrainConfig = TrainConfig(max_steps=300, batch_size=32, lr=2e-4, log_every=50)
     finetune_max_eval: int | None = None
     chunks: ChunkConfig = ChunkConfig()
+    index: IndexConfig = IndexConfig()
     embed_batch_size: int = 64
     sample_query: str = "什么是数据基础制度体系？"
 

@@ -19,7 +19,9 @@ def build_summary(profile: str, results: dict) -> dict:
         "probe": {name: ds[name]["probe"] for name in ("policysm1", "policysm2")},
         "pretrain_heldout": pre["heldout"],
         "finetune_policysm1": {"dev": fin["dev"], "test": fin["test"], "majority_test": fin["majority_test"]},
-        "index": {"version": idx["version"], "chunks": idx["chunks"], "documents": idx["documents"]},
+        "index": {k: idx[k] for k in ("version", "chunks", "documents", "embedded", "reused", "removed", "full_rebuild")},
+        "retrieval_eval": results["retrieval_eval"]["table"],
+        "ann_recall@10": {k: v for k, v in results["retrieval_eval"].items() if k.endswith("_vs_exact")},
         "sample_query": results["sample_query"],
     }
 
@@ -44,7 +46,11 @@ def format_summary(s: dict) -> str:
         f"perplexity {h['perplexity']:.1f}, NSP acc {h['nsp_accuracy']:.3f}",
         f"finetune PolicySM-1: dev acc {f['dev']['accuracy']:.3f} F1 {f['dev']['f1']:.3f}; "
         f"test acc {f['test']['accuracy']:.3f} F1 {f['test']['f1']:.3f} (majority {f['majority_test']:.3f})",
-        f"index {s['index']['version']}: {s['index']['chunks']} chunks from {s['index']['documents']} documents",
+        f"index {s['index']['version']}: {s['index']['chunks']} chunks from {s['index']['documents']} documents "
+        f"({s['index']['embedded']} embedded, {s['index']['reused']} reused, {s['index']['removed']} removed)",
+        "retrieval (title/citation -> document): "
+        + "; ".join(f"{r['system']} R@1 {r['recall@1']:.2f} R@10 {r['recall@10']:.2f} MRR {r['mrr@10']:.2f}"
+                    for r in s["retrieval_eval"]),
         "sample query top 3:",
     ]
     for i, hit in enumerate(s["sample_query"], 1):

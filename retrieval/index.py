@@ -1,28 +1,79 @@
-"""FAISS index versions (SPEC §7): ``index/vN/{index.faiss, chunks.parquet, manifest.json}`` and an
-atomically switched ``index/CURRENT`` pointer; the previous version stays for rollback.
+"""FAISS index versions (SPEC §7): ``index/vN/{index.faiss, chunks.parquet, embeddings.npy, manifest.json}``
+and an atomically switched ``index/CURRENT`` pointer; earlier versions stay for rollback.
+
+A refresh reuses the vectors of unchanged chunks from the serving version (same embedding model),
+embeds only new or changed chunks, drops removed ones, writes the next version beside the old
+and then switches the pointer: a crash mid-refresh leaves the last good version serving, and a
+query during a refresh answers from it. A different embedding model forces a full rebuild.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import faiss
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from storage.atomic import atomic_path, atomic_write_text
-from storage.tables import read_table, write_table
 
 CURRENT = "CURRENT"
+KINDS = ("flat", "ivf", "hnsw")
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """kind: ``flat`` (exact inner product, default), ``ivf`` (IVFFlat: ``nlist`` lists, ``nprobe``
+    searched) or ``hnsw`` (HNSWFlat: ``hnsw_m`` links, ``ef_construction``, ``ef_search``)."""
+
+    kind: str = "flat"
+    nlist: int = 64
+    nprobe: int = 8
+    hnsw_m: int = 32
+    ef_construction: int = 80
+    ef_search: int = 64
+
+
+def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig = IndexConfig()) -> faiss.Index:
+    """An inner-product index with int64 ids over vectors (n, dim) float32.
+
+    IVF uses ``min(nlist, n // 39)`` lists (FAISS wants ~39 training points per list), at least 1.
+
+    Raises:
+        ValueError: unknown ``cfg.kind``.
+    """
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    dim = vectors.shape[1]
+    if cfg.kind == "flat":
+        index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+    elif cfg.kind == "ivf":
+        nlist = max(1, min(cfg.nlist, len(vectors) // 39))
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(vectors)
+        index.nprobe = min(cfg.nprobe, nlist)
+    elif cfg.kind == "hnsw":
+        hnsw = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        hnsw.hnsw.efConstruction = cfg.ef_construction
+        hnsw.hnsw.efSearch = cfg.ef_search
+        index = faiss.IndexIDMap2(hnsw)
+    else:
+        raise ValueError(f"unknown index kind {cfg.kind!r} (one of {KINDS})")
+    if len(ids):
+        index.add_with_ids(vectors, ids)
+    return index
 
 
 def build_flat_index(vectors: np.ndarray, ids: np.ndarray) -> faiss.Index:
-    """Exact inner-product index with int64 ids: vectors (n, dim) float32, ids (n,) int64."""
-    index = faiss.IndexIDMap2(faiss.IndexFlatIP(vectors.shape[1]))
-    if len(ids):
-        index.add_with_ids(np.ascontiguousarray(vectors, dtype=np.float32), np.asarray(ids, dtype=np.int64))
-    return index
+    """Exact inner-product index with int64 ids (see :func:`build_index`)."""
+    return build_index(vectors, ids, IndexConfig())
 
 
 def current_version(index_root: str | os.PathLike) -> str | None:
@@ -31,10 +82,11 @@ def current_version(index_root: str | os.PathLike) -> str | None:
     return p.read_text().strip() if p.is_file() else None
 
 
-def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.DataFrame, manifest: dict) -> str:
-    """Write a new version ``vN`` (N = last + 1) and switch ``CURRENT`` to it atomically.
+def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.DataFrame, manifest: dict,
+                  vectors: np.ndarray | None = None) -> str:
+    """Write version ``vN`` (N = last + 1) and switch ``CURRENT`` to it atomically. Returns ``vN``.
 
-    A crash before the switch leaves the previous version serving. Returns ``vN``.
+    ``vectors`` (rows aligned with ``chunks``) are kept as ``embeddings.npy`` for later refreshes.
     """
     root = Path(index_root)
     root.mkdir(parents=True, exist_ok=True)
@@ -43,31 +95,76 @@ def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.
     with atomic_path(root / version) as tmp:
         tmp.mkdir()
         faiss.write_index(index, str(tmp / "index.faiss"))
-        write_table(chunks, tmp / "chunks", name="chunks", config=manifest.get("config"),
-                    code_version=manifest.get("code_version", ""))
-        (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": int(index.ntotal)},
+        pq.write_table(pa.Table.from_pandas(chunks, preserve_index=False), tmp / "chunks.parquet", compression="zstd")
+        if vectors is not None:
+            np.save(tmp / "embeddings.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": int(index.ntotal),
+                                                      "chunks": int(len(chunks))},
                                                       ensure_ascii=False, indent=1, default=str))
     atomic_write_text(root / CURRENT, version)
     return version
 
 
-def load_index(index_root: str | os.PathLike) -> tuple[faiss.Index, pd.DataFrame, dict]:
-    """The serving version's (index, chunks, manifest).
+def load_index(index_root: str | os.PathLike, version: str | None = None) -> tuple[faiss.Index, pd.DataFrame, dict]:
+    """(index, chunks, manifest) of ``version`` (default: the serving one).
 
     Raises:
         FileNotFoundError: no index has been published under ``index_root``.
     """
-    version = current_version(index_root)
+    version = version or current_version(index_root)
     if version is None:
         raise FileNotFoundError(f"no index published under {index_root} (run the pipeline first)")
     d = Path(index_root) / version
     manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
-    return faiss.read_index(str(d / "index.faiss")), read_table(d / "chunks"), manifest
+    return faiss.read_index(str(d / "index.faiss")), pd.read_parquet(d / "chunks.parquet"), manifest
+
+
+def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Callable[[list[str]], np.ndarray],
+                  model_id: str, cfg: IndexConfig = IndexConfig(), manifest: dict | None = None) -> dict:
+    """Publish the next index version for ``chunks`` (needs ``chunk_id`` and ``text``).
+
+    Vectors of chunk ids present in the serving version are reused when its ``model_id`` and
+    embedding dimension match; the rest are embedded with ``embed(texts) -> (n, dim)``.
+
+    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, seconds.
+    """
+    t0 = time.perf_counter()
+    root = Path(index_root)
+    prev = current_version(root)
+    old: dict[int, np.ndarray] = {}
+    full = True
+    removed = 0
+    if prev is not None:
+        pm = json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
+        emb = root / prev / "embeddings.npy"
+        if pm.get("model_id") == model_id and emb.is_file() and pm.get("index", {}) == asdict(cfg):
+            full = False
+            prev_ids = pd.read_parquet(root / prev / "chunks.parquet", columns=["chunk_id"])["chunk_id"].to_numpy()
+            vecs = np.load(emb)
+            wanted = set(chunks["chunk_id"].tolist())
+            old = {int(i): v for i, v in zip(prev_ids, vecs) if int(i) in wanted}
+            removed = int(len(prev_ids) - len(old))
+    ids = chunks["chunk_id"].to_numpy(np.int64)
+    todo = [k for k, i in enumerate(ids) if int(i) not in old]
+    fresh = embed([chunks["text"].iloc[k] for k in todo]) if todo else None
+    dim = fresh.shape[1] if fresh is not None else len(next(iter(old.values())))
+    vectors = np.zeros((len(ids), dim), dtype=np.float32)
+    for n, k in enumerate(todo):
+        vectors[k] = fresh[n]
+    for k, i in enumerate(ids):
+        if int(i) in old:
+            vectors[k] = old[int(i)]
+    index = build_index(vectors, ids, cfg)
+    version = publish_index(root, index, chunks, {**(manifest or {}), "model_id": model_id, "index": asdict(cfg),
+                                                  "dim": int(dim)}, vectors)
+    return {"version": version, "previous": prev, "full_rebuild": full, "reused": len(old), "embedded": len(todo),
+            "removed": removed, "size": int(index.ntotal), "seconds": time.perf_counter() - t0}
 
 
 def search(index: faiss.Index, chunks: pd.DataFrame, query_vecs: np.ndarray, k: int = 5,
            min_score: float | None = None) -> list[list[dict]]:
-    """Top-k chunks per query vector (q, dim): dicts with score and the chunk's columns."""
+    """Top-k chunks per query vector (q, dim): dicts with score, chunk_id and the chunk's columns,
+    hits below ``min_score`` dropped."""
     by_id = chunks.set_index("chunk_id")
     scores, ids = index.search(np.ascontiguousarray(query_vecs, dtype=np.float32), k)
     out = []
@@ -76,8 +173,8 @@ def search(index: faiss.Index, chunks: pd.DataFrame, query_vecs: np.ndarray, k: 
         for s, i in zip(srow, irow):
             if i < 0 or (min_score is not None and s < min_score):
                 continue
-            rec = {k: (None if isinstance(v, float) and np.isnan(v) else v)
-                   for k, v in by_id.loc[int(i)].to_dict().items()}
+            rec = {c: (None if isinstance(v, float) and np.isnan(v) else v)
+                   for c, v in by_id.loc[int(i)].to_dict().items()}
             hits.append({"score": float(s), "chunk_id": int(i), **rec})
         out.append(hits)
     return out

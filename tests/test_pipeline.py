@@ -10,8 +10,8 @@ from storage import read_manifest, read_table
 from storage import layout as L
 from tests.conftest import REPO, write_corpus
 
-STAGE_TASKS = {"import-documents", "clean", "sentences", "segment", "vocab", "datasets", "pretrain-data",
-               "pretrain", "finetune", "index"}
+STAGE_TASKS = {"import-documents", "clean", "sentences", "segment", "vocab", "datasets", "dataset-report",
+               "pretrain-data", "pretrain", "finetune", "index", "evaluate-retrieval"}
 
 
 def _task_states(flow_state) -> dict[str, str]:
@@ -20,7 +20,7 @@ def _task_states(flow_state) -> dict[str, str]:
 
     with get_client(sync_client=True) as client:
         runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id])))
-    return {r.task_key.rsplit("-", 1)[0] if False else r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
+    return {r.name.rsplit("-", 1)[0]: r.state.name for r in runs}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,10 @@ def test_every_stage_output(pipeline_run):
     assert 0 <= metrics["test"]["accuracy"] <= 1 and metrics["test"]["examples"] > 0
     idx = json.loads((data / L.INDEX / "v1" / "manifest.json").read_text())
     assert (data / L.INDEX / "CURRENT").read_text() == "v1" and idx["size"] > 10
+    ev = read_table(data / L.RETRIEVAL_EVAL)
+    assert ev["system"].tolist() == ["policybert", "untrained", "bm25-hanlp"] and (ev["queries"] >= 5).all()
+    assert ev.set_index("system").loc["bm25-hanlp", "recall@10"] > 0.5
+    assert (data / L.REPORT / "report.md").is_file() and (data / L.REPORT / "sources.png").is_file()
     summary = json.loads((data / L.SUMMARY).read_text())
     assert summary["documents_in"] == 5 and len(summary["sample_query"]) == 3
     assert summary["sample_query"][0]["title"]

@@ -43,7 +43,7 @@ def test_publish_search_and_switch(tmp_path):
     assert current_version(tmp_path) is None
     with pytest.raises(FileNotFoundError):
         load_index(tmp_path)
-    assert publish_index(tmp_path, build_flat_index(vecs, ids), chunks, {"model_id": "m1"}) == "v1"
+    assert publish_index(tmp_path, build_flat_index(vecs, ids), chunks, {"model_id": "m1"}, vecs) == "v1"
     assert publish_index(tmp_path, build_flat_index(vecs[:2], ids[:2]), chunks[:2], {"model_id": "m2"}) == "v2"
     index, ch, manifest = load_index(tmp_path)
     assert manifest["version"] == "v2" and index.ntotal == 2 and (tmp_path / "v1" / "index.faiss").is_file()
@@ -52,3 +52,107 @@ def test_publish_search_and_switch(tmp_path):
     hits = search(index, ch, vecs[3:4], k=3)[0]
     assert hits[0]["chunk_id"] == 44 and hits[0]["doc_id"] == "d" and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
     assert all(h["score"] >= 0.5 for h in search(index, ch, vecs[3:4], k=5, min_score=0.5)[0])
+
+
+# -- incremental refresh with a real (tiny, randomly initialised) PolicyBERT encoder ------------------
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    import torch
+
+    from model import PolicyBertConfig, PolicyBertModel
+    from model.features import CharEncoder, WordMatcher, build_char_vocab, save_char_tokenizer
+    from retrieval.stages import Encoder
+
+    texts = [DOC_A, DOC_B, DOC_C, "数据要素市场化配置改革"]
+    tok = save_char_tokenizer(build_char_vocab(texts), tmp_path_factory.mktemp("tok"))
+    enc = CharEncoder(tok.get_vocab())
+    matcher = WordMatcher(["数据", "要素", "市场", "制度", "平台"])
+    torch.manual_seed(0)
+    cfg = PolicyBertConfig(vocab_size=enc.size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=128, num_word_layers=1,
+                           word_vocab_size=matcher.size, max_words=8)
+    return Encoder(PolicyBertModel(cfg), enc, matcher)
+
+
+DOC_A = "".join(f"第{i}条数据要素市场建设要求明确。" for i in range(40))
+DOC_B = "".join(f"平台第{i}项制度安排逐步完善。" for i in range(40))
+DOC_C = "".join(f"关于公共数据开放的第{i}点说明。" for i in range(40))
+
+
+class Counting:
+    def __init__(self, fn, fail=False):
+        self.fn, self.fail, self.texts = fn, fail, 0
+
+    def __call__(self, texts):
+        if self.fail:
+            raise RuntimeError("embedding crashed")
+        self.texts += len(texts)
+        return self.fn(texts)
+
+
+def _docs(a=DOC_A):
+    return pd.DataFrame({"doc_id": ["a", "b", "c"], "text": [a, DOC_B, DOC_C], "title": ["A", "B", "C"],
+                         "source": ["s"] * 3, "url": [None] * 3})
+
+
+def test_refresh_embeds_only_changed_chunks(tmp_path, tiny_encoder):
+    from retrieval.index import IndexConfig, refresh_index
+
+    cfg = ChunkConfig(max_chars=120, overlap=30)
+    ch1 = build_chunks(_docs(), cfg)
+    e1 = Counting(tiny_encoder)
+    s1 = refresh_index(tmp_path, ch1, e1, "m1")
+    assert s1["full_rebuild"] and s1["embedded"] == len(ch1) == e1.texts and s1["version"] == "v1"
+    changed = DOC_A.replace("第39条", "第三十九条")  # the last chunk(s) of document a change
+    ch2 = build_chunks(_docs(changed), cfg)
+    e2 = Counting(tiny_encoder)
+    s2 = refresh_index(tmp_path, ch2, e2, "m1")
+    new_ids = set(ch2.chunk_id) - set(ch1.chunk_id)
+    assert not s2["full_rebuild"] and s2["version"] == "v2" and s2["previous"] == "v1"
+    assert 0 < s2["embedded"] == e2.texts == len(new_ids) < len(ch2) // 3
+    assert s2["removed"] == len(set(ch1.chunk_id) - set(ch2.chunk_id)) and s2["reused"] == len(ch2) - len(new_ids)
+    v1 = dict(zip(pd.read_parquet(tmp_path / "v1" / "chunks.parquet").chunk_id, np.load(tmp_path / "v1" / "embeddings.npy")))
+    v2 = dict(zip(pd.read_parquet(tmp_path / "v2" / "chunks.parquet").chunk_id, np.load(tmp_path / "v2" / "embeddings.npy")))
+    for cid in set(v1) & set(v2):
+        assert np.array_equal(v1[cid], v2[cid])
+    fresh = tiny_encoder([ch2.set_index("chunk_id").loc[next(iter(new_ids)), "text"]])[0]
+    assert np.allclose(v2[next(iter(new_ids))], fresh, atol=1e-5)
+    # a crash mid-refresh leaves v2 serving and no v3
+    with pytest.raises(RuntimeError):
+        refresh_index(tmp_path, build_chunks(_docs(DOC_A + "新增一句。"), cfg), Counting(tiny_encoder, fail=True), "m1")
+    assert current_version(tmp_path) == "v2" and not (tmp_path / "v3").exists()
+    # another embedding model -> full rebuild; an HNSW index answers too
+    e3 = Counting(tiny_encoder)
+    s3 = refresh_index(tmp_path, ch2, e3, "m2", IndexConfig(kind="hnsw"))
+    assert s3["full_rebuild"] and e3.texts == len(ch2)
+    index, chunks, manifest = load_index(tmp_path)
+    assert manifest["index"]["kind"] == "hnsw" and index.ntotal == len(ch2)
+    hit = search(index, chunks, tiny_encoder([chunks.text.iloc[5]]), k=1)[0][0]
+    assert hit["score"] > 0.99  # HNSW is approximate: the chunk itself or a near-identical twin
+
+
+def test_rank_metrics_and_queries():
+    from retrieval.evaluate import make_queries, rank_metrics
+
+    m = rank_metrics([["a", "b"], ["x", "y", "z", "b"], ["q"]], ["a", "b", "c"])
+    assert m["recall@1"] == pytest.approx(1 / 3) and m["recall@5"] == pytest.approx(2 / 3)
+    assert m["mrr@10"] == pytest.approx((1 + 0.25) / 3) and m["queries"] == 3
+    docs = pd.DataFrame({"doc_id": ["a", "b", "c"], "title": ["甲", "乙", "甲"], "citation": ["[1] 甲文", None, ""]})
+    q = make_queries(docs)
+    assert q.to_dict("records") == [{"query": "[1] 甲文", "doc_id": "a", "kind": "citation"},
+                                    {"query": "乙", "doc_id": "b", "kind": "title"}]
+
+
+def test_evaluate_systems_side_by_side(tiny_encoder):
+    from corpus.segment import load_segmenter
+    from retrieval.evaluate import evaluate_systems
+
+    chunks = build_chunks(_docs(), ChunkConfig(max_chars=120, overlap=30))
+    queries = pd.DataFrame({"query": ["数据要素市场建设要求", "平台制度安排逐步完善", "公共数据开放的说明"],
+                            "doc_id": ["a", "b", "c"]})
+    seg = load_segmenter("hanlp-dict")
+    table, extra = evaluate_systems(chunks, queries, {"tiny": tiny_encoder}, seg.segment)
+    assert table.system.tolist() == ["tiny", "bm25-hanlp"]
+    assert table.set_index("system").loc["bm25-hanlp", "recall@1"] == 1.0
+    assert 0.0 <= extra["ivf_recall@10_vs_exact"] <= 1.0 and extra["hnsw_recall@10_vs_exact"] > 0.5
