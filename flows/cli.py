@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from flows.env import prefect_env, reexec_with_prefect_env
 
@@ -20,6 +21,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="cpu-small", choices=PROFILE_NAMES)
     p.add_argument("--sources-csv", default=None, help="provenance list (default: policy_sources.csv beside input)")
     p.add_argument("--stopwords", default=None, help="stopword list (default: stopwords.txt beside input)")
+    p.add_argument("--char-backbone", default=None, help="local BERT checkpoint dir for the char encoder (e.g. bge-base-zh-v1.5)")
+    p.add_argument("--word-backbone", default=None, help="local ZEN checkpoint dir for the word encoder")
     return p
 
 
@@ -32,6 +35,11 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--input crawl: the crawl stage is not available yet; pass a CSV export "
                          "(title,pubtime,channel,describes,contentText)")
     read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
+    for flag, path in (("--char-backbone", args.char_backbone), ("--word-backbone", args.word_backbone)):
+        if path and not any((Path(path) / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
+            raise ValueError(f"{flag} {path}: not a checkpoint folder (no model.safetensors or pytorch_model.bin)")
+    if args.word_backbone and not args.char_backbone:
+        raise ValueError("--word-backbone needs --char-backbone (the word encoder is fused into a BERT char encoder)")
     check_writable_dir(args.data_dir)
 
 

@@ -33,10 +33,12 @@ def _sibling(path: str, name: str) -> str | None:
 
 @flow(name="policy-pipeline", log_prints=True)
 def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sources_csv: str | None = None,
-                    stopwords: str | None = None) -> dict:
+                    stopwords: str | None = None, char_backbone: str | None = None,
+                    word_backbone: str | None = None) -> dict:
     """Run every stage on a CSV export ``input`` into ``data_dir``; returns the run summary.
 
     ``sources_csv`` / ``stopwords`` default to ``policy_sources.csv`` / ``stopwords.txt`` beside the input.
+    ``char_backbone`` / ``word_backbone``: local BERT (bge) / ZEN checkpoint dirs to initialise PolicyBERT.
     """
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
@@ -50,9 +52,10 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     r["vocab"] = T.vocab(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
     r["datasets"] = T.datasets(data_dir, cfg.pairs, wait_for=[r["sentences"]])
     r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
-    r["pretrain_data"] = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs,
+    r["pretrain_data"] = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone,
                                          wait_for=[r["vocab"], r["segment"]])
-    r["pretrain"] = T.pretrain(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, wait_for=[r["pretrain_data"]])
+    r["pretrain"] = T.pretrain(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL,
+                               char_backbone, word_backbone, wait_for=[r["pretrain_data"]])
     r["finetune"] = T.finetune(data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], r["datasets"]])
     r["index"] = T.index(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size, wait_for=[r["finetune"]])
     r["retrieval_eval"] = T.evaluate_retrieval(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args = preflight("flows.pipeline", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    policy_pipeline(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords)
+    policy_pipeline(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords,
+                    args.char_backbone, args.word_backbone)
     return 0
 
 

@@ -96,20 +96,20 @@ class PolicyBertEncoder(nn.Module):
     def __init__(self, config: PolicyBertConfig):
         super().__init__()
         self.layer = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.word_layer = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_word_layers)])
+        self.word_layers = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_word_layers)])
         self.fusion = nn.ModuleList([_FUSION[config.fusion](config) for _ in range(config.num_word_layers)])
 
     def forward(self, chars: torch.Tensor, char_mask: torch.Tensor, words: torch.Tensor | None,
                 word_mask: torch.Tensor | None, matching_matrix: torch.Tensor | None) -> torch.Tensor:
         """chars (batch, seq_len, hidden), words (batch, max_words, hidden), masks 0/1 -> (batch, seq_len, hidden)."""
         char_add = additive_mask(char_mask, chars.dtype)
-        use_words = words is not None and len(self.word_layer) > 0
+        use_words = words is not None and len(self.word_layers) > 0
         if use_words:
             word_add = additive_mask(word_mask, words.dtype)
             m_t = matching_matrix.transpose(1, 2).to(chars.dtype)  # (batch, seq_len, max_words)
         for i, layer in enumerate(self.layer):
-            if use_words and i < len(self.word_layer):
-                words = self.word_layer[i](words, word_add)
+            if use_words and i < len(self.word_layers):
+                words = self.word_layers[i](words, word_add)
             chars = layer(chars, char_add)
             if use_words:
                 projected = torch.bmm(m_t, words)

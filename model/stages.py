@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
 from model.modeling import PolicyBertForPreTraining, PolicyBertForSequenceClassification, PolicyBertModel
@@ -78,35 +79,67 @@ def _examples(df: pd.DataFrame) -> list[dict]:
     return df.to_dict("records")
 
 
+def _state_dir(out_dir) -> Path:
+    out = Path(out_dir)
+    return out.parent / f".{out.name}.train-state"
+
+
 def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwargs: dict, cfg: TrainConfig,
-                   epochs: int, max_eval_examples: int = 2000, log_fn: Callable[[str], None] = print) -> dict:
-    """Pretrain PolicyBERT from scratch (MLM + NSP) on ``pretrain/epoch=*/split=train``.
+                   epochs: int, max_eval_examples: int = 2000, char_backbone: str | None = None,
+                   word_backbone: str | None = None, log_fn: Callable[[str], None] = print) -> dict:
+    """Pretrain PolicyBERT (MLM + NSP) on ``pretrain/epoch=*/split=train`` (epoch e uses the data
+    of epoch ``e % epochs``), from scratch or initialised from local backbones (char: a BERT dir such
+    as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``.
 
     Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
-    and saves the checkpoint with ``metrics.json`` to ``out_dir`` atomically.
+    and saves the checkpoint with ``metrics.json`` (incl. the backbone init report) atomically.
     """
     enc = CharEncoder.from_dir(tokenizer_dir)
-    matcher = WordMatcher.from_file(Path(vocab_dir) / "vocab.txt")
-    config = PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size, **model_kwargs)
+    word_list = [w for w in (Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines() if w]
+    matcher = WordMatcher(word_list)
     torch.manual_seed(cfg.seed)
+    if char_backbone:
+        config = config_from_backbones(char_backbone, word_backbone, word_vocab_size=matcher.size,
+                                       **{k: v for k, v in model_kwargs.items()
+                                          if k in ("fusion", "max_words", "num_word_layers") and not
+                                          (k == "num_word_layers" and word_backbone)})
+        if config.vocab_size < enc.size:
+            raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {enc.size}")
+    else:
+        config = PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size, **model_kwargs)
     model = PolicyBertForPreTraining(config)
+    init_report = init_from_backbones(model, char_backbone, word_backbone, word_list) if (
+        char_backbone or word_backbone) else None
     fn = lambda ex: collate(ex, config.max_words, enc.pad)  # noqa: E731
-    runs = []
-    for epoch in range(epochs):
-        folder = Path(pretrain_root) / f"epoch={epoch}"
-        data = _examples(read_table(folder, partition={"split": "train"}))
-        runs.append(train(model, data, fn, cfg, log_fn))
+    cache: dict[int, list] = {}
+
+    def epoch_data(e: int) -> list[dict]:
+        k = e % epochs
+        if k not in cache:
+            cache.clear()
+            cache[k] = _examples(read_table(Path(pretrain_root) / f"epoch={k}", partition={"split": "train"}))
+        return cache[k]
+
+    run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
+                state_dir=_state_dir(out_dir))
     held = read_table(Path(pretrain_root) / "epoch=0")
     held = held[held["split"] != "train"]
     if len(held) > max_eval_examples:
         held = held.sample(max_eval_examples, random_state=cfg.seed)
-    metrics = {"train": runs, "heldout": evaluate_pretraining(model, _examples(held), fn, cfg),
-               "config": {**model_kwargs}, "train_config": asdict(cfg),
+    metrics = {"train": run, "heldout": evaluate_pretraining(model, _examples(held), fn, cfg),
+               "config": {k: getattr(config, k) for k in ("fusion", "hidden_size", "num_hidden_layers",
+                                                           "num_word_layers", "vocab_size", "word_vocab_size")},
+               "train_config": asdict(cfg), "backbones": {"char": char_backbone, "word": word_backbone},
+               "init_report": None if init_report is None else {
+                   "from_char_backbone": len(init_report["char"]), "from_word_backbone": len(init_report["word"]),
+                   "new": init_report["new"], "skipped": init_report["skipped"],
+                   "word_rows_from_zen": init_report["word_rows_from_zen"]},
                "inputs": {"pretrain": [manifest_fingerprint(Path(pretrain_root) / f"epoch={e}") for e in range(epochs)]}}
     with atomic_path(out_dir) as tmp:
         model.save_pretrained(tmp)
         _copy_inputs_files(Path(tokenizer_dir), Path(vocab_dir), tmp)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    shutil.rmtree(_state_dir(out_dir), ignore_errors=True)
     return metrics
 
 
@@ -143,10 +176,12 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
     data = {s: encode_pairs(df, enc, matcher, max_len, mw, cfg.seed) for s, df in
             (("train", train_df), ("dev", split["dev"]), ("test", split["test"]))}
     best, best_state, runs = -1.0, None, []
-    per_round = TrainConfig(**{**asdict(cfg), "epochs": 1})
-    for _ in range(cfg.epochs if not cfg.max_steps else 1):
-        runs.append(train(model, data["train"], fn, per_round, log_fn))
+    for r in range(cfg.epochs if not cfg.max_steps else 1):
+        # one round = one epoch (or max_steps), its own resumable state; the best round by dev wins
+        per_round = TrainConfig(**{**asdict(cfg), "epochs": 1, "seed": cfg.seed + r})
+        runs.append(train(model, data["train"], fn, per_round, log_fn, state_dir=_state_dir(out_dir) / f"round{r}"))
         dev = evaluate_classifier(model, data["dev"], fn, cfg)
+        runs[-1]["dev_accuracy"] = dev["accuracy"]
         if dev["accuracy"] > best:
             best = dev["accuracy"]
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -164,6 +199,7 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
             if f.suffix == ".txt" or f.name.startswith(("tokenizer", "special_tokens")):
                 shutil.copy2(f, tmp / f.name)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    shutil.rmtree(_state_dir(out_dir), ignore_errors=True)
     return metrics
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from model.features import CharEncoder, WordMatcher, collate, encode, to_chars
-from model.training import resolve_device
+from model.training import autocast, resolve_device
 
 
 @torch.no_grad()
@@ -41,7 +41,7 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
     for i in range(0, len(order), batch_size):
         idx = order[i:i + batch_size]
         batch = {k: v.to(dev) for k, v in collate([windows[j] for j in idx], max_words).items()}
-        with (torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast("cpu", enabled=False)):
+        with autocast(dev):
             states = model(**batch).last_hidden_state.float()
         mask = batch["attention_mask"].clone()
         mask[:, 0] = 0  # [CLS]

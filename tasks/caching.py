@@ -33,7 +33,8 @@ def content_cache_key(inputs: Iterable[str] = (), files: Iterable[str] = (), pac
     """Build a Prefect ``cache_key_fn``.
 
     Args:
-        inputs: paths relative to the task's ``data_dir`` parameter whose fingerprints enter the key.
+        inputs: paths relative to the task's ``data_dir`` parameter whose fingerprints enter the key;
+            ``{name}`` placeholders are filled from the task's parameters (e.g. ``"{dataset}"``).
         files: names of parameters holding file/folder paths whose content enters the key.
         packages: library packages whose source (code version) enters the key.
     """
@@ -47,7 +48,7 @@ def content_cache_key(inputs: Iterable[str] = (), files: Iterable[str] = (), pac
             "source": inspect.getsource(task.fn),
             "code": code_version(packages) if packages else "",
             "params": jsonable(parameters),
-            "inputs": {name: path_fingerprint(data_dir / name) for name in inputs},
+            "inputs": {name: path_fingerprint(data_dir / name.format(**parameters)) for name in inputs},
             "files": {p: path_fingerprint(parameters[p]) for p in files if parameters.get(p)},
         })
 

@@ -78,7 +78,7 @@ def datasets(data_dir: str, cfg: PairConfig) -> dict:
     inputs=(L.SENTENCES, L.SEGMENTS, L.VOCAB, L.DOCUMENTS_CLEAN), files=("char_backbone",), packages=MODEL), **CACHED)
 def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
                   char_backbone: str | None = None) -> dict:
-    """Char tokenizer + ``pretrain/epoch=N/`` (whole-word masking, NSP), documents split as the datasets."""
+    """Char tokenizer (the backbone's vocab when given) + ``pretrain/epoch=N/`` (whole-word masking, NSP)."""
     tok = mstages.tokenizer_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.TOKENIZER), char_backbone)
     split_of = text.document_splits(_p(data_dir, L.DOCUMENTS_CLEAN), pairs_cfg)
     out = mstages.pretrain_data_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB),
@@ -86,25 +86,29 @@ def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig,
     return {**tok, **out}
 
 
-@task(name="pretrain", retries=1, retry_delay_seconds=10,
-      cache_key_fn=content_cache_key(inputs=(L.PRETRAIN, L.TOKENIZER, L.VOCAB), packages=MODEL), **CACHED)
-def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int) -> dict:
-    """PolicyBERT pretraining (MLM + NSP) -> ``models/pretrain`` with held-out metrics."""
+@task(name="pretrain", retries=1, retry_delay_seconds=10, tags=["gpu"],
+      cache_key_fn=content_cache_key(inputs=(L.PRETRAIN, L.TOKENIZER, L.VOCAB),
+                                     files=("char_backbone", "word_backbone"), packages=MODEL), **CACHED)
+def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, out: str = L.PRETRAINED_MODEL,
+             char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
+    """PolicyBERT pretraining (MLM + NSP) -> ``out`` with held-out metrics; resumable after a kill."""
     metrics = mstages.pretrain_stage(_p(data_dir, L.PRETRAIN), _p(data_dir, L.TOKENIZER), _p(data_dir, L.VOCAB),
-                                     _p(data_dir, L.PRETRAINED_MODEL), jsonable(model_kwargs), cfg, epochs)
-    return {"heldout": metrics["heldout"], "train": metrics["train"]}
+                                     _p(data_dir, out), jsonable(model_kwargs), cfg, epochs,
+                                     char_backbone=char_backbone, word_backbone=word_backbone)
+    return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
 
 
-@task(name="finetune", retries=1, retry_delay_seconds=10,
-      cache_key_fn=content_cache_key(inputs=(L.PRETRAINED_MODEL, L.POLICYSM1), packages=MODEL), **CACHED)
-def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None) -> dict:
-    """Fine-tune on PolicySM-1 -> ``models/finetune-policysm1`` with dev/test accuracy and F1."""
-    m = mstages.finetune_stage(_p(data_dir, L.PRETRAINED_MODEL), _p(data_dir, L.POLICYSM1),
-                               _p(data_dir, L.FINETUNED_MODEL), cfg, max_eval_examples=max_eval_examples)
+@task(name="finetune", retries=1, retry_delay_seconds=10, tags=["gpu"],
+      cache_key_fn=content_cache_key(inputs=("{pretrained}", "{dataset}"), packages=MODEL), **CACHED)
+def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None,
+             pretrained: str = L.PRETRAINED_MODEL, dataset: str = L.POLICYSM1, out: str = L.FINETUNED_MODEL) -> dict:
+    """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out`` with dev/test accuracy and F1 (best round by dev)."""
+    m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
+                               max_eval_examples=max_eval_examples)
     return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
 
 
-@task(name="index", retries=1, retry_delay_seconds=10,
+@task(name="index", retries=1, retry_delay_seconds=10, tags=["gpu"],
       cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL)),
       **CACHED)
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64) -> dict:

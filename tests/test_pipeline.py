@@ -118,3 +118,17 @@ def test_bad_input_one_line_error_nothing_written(tmp_path, case):
     assert expected in err[0]
     if case != "unwritable":
         assert not data.exists() or not [p for p in data.rglob("*") if p.is_file() and ".prefect" not in p.parts]
+
+
+def test_ablation_flow_table(pipeline_run, real_slice):
+    from flows.ablation import policybert_ablation
+
+    data, _, _ = pipeline_run
+    rows = policybert_ablation(str(real_slice), str(data), "tiny", fusions=["none", "attn"])
+    assert [(r["fusion"], r["dataset"]) for r in rows] == [("none", "policysm1"), ("none", "policysm2"),
+                                                           ("attn", "policysm1"), ("attn", "policysm2")]
+    table = read_table(data / L.ABLATION)
+    assert len(table) == 4 and set(table.columns) >= {"mlm_loss", "nsp_accuracy", "test_accuracy", "test_f1"}
+    for fusion in ("none", "attn"):
+        cfg = json.loads((data / L.ABLATION_MODELS / fusion / "pretrain" / "config.json").read_text())
+        assert cfg["fusion"] == fusion

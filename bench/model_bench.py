@@ -1,0 +1,84 @@
+"""Training throughput of PolicyBertForPreTraining (each fusion) against transformers'
+BertForPreTraining with the same char encoder, in one run, on real pretraining batches.
+
+    python bench/model_bench.py --data-dir data [--size small|base] [--steps 20]
+
+Prints tokens/s (input chars incl. padding per second of forward+backward+AdamW step) and each
+fusion's overhead ratio against plain BERT.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertForPreTraining
+
+from model import PolicyBertConfig, PolicyBertForPreTraining
+from model.features import CharEncoder, WordMatcher, collate
+from model.training import autocast, resolve_device
+from storage import layout as L
+from storage import read_table
+
+SIZES = {"small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256, num_word_layers=1),
+         "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, num_word_layers=6)}
+
+
+def tokens_per_s(model, batches, device) -> float:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.to(device).train()
+    for b in batches[:2]:  # warm-up
+        with autocast(device):
+            model(**b).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t, n = time.perf_counter(), 0
+    for b in batches[2:]:
+        with autocast(device):
+            model(**b).loss.backward()
+        opt.step()
+        opt.zero_grad()
+        n += b["input_ids"].numel()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default="data")
+    ap.add_argument("--size", default="small", choices=sorted(SIZES))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+    data = Path(args.data_dir)
+    enc = CharEncoder.from_dir(data / L.TOKENIZER)
+    matcher = WordMatcher.from_file(data / L.VOCAB / "vocab.txt")
+    rows = read_table(data / L.PRETRAIN / "epoch=0", partition={"split": "train"}).head(args.batch_size * (args.steps + 2))
+    ex = rows.to_dict("records")
+    raw = [collate(ex[i:i + args.batch_size], 40, enc.pad) for i in range(0, len(ex), args.batch_size)]
+    device = resolve_device("auto")
+    move = lambda b: {k: v.to(device) for k, v in b.items()}  # noqa: E731
+    size = SIZES[args.size]
+    torch.manual_seed(0)
+    bert = BertForPreTraining(BertConfig(vocab_size=enc.size, max_position_embeddings=128,
+                                         **{k: v for k, v in size.items() if k != "num_word_layers"}))
+    plain = [move({k: v for k, v in b.items() if k not in ("word_ids", "matching_matrix")}) for b in raw]
+    base = tokens_per_s(bert, plain, device)
+    print(f"device {device}, size {args.size}, batch {args.batch_size}, {len(raw) - 2} timed steps")
+    print(f"{'model':<28}{'tokens/s':>10}{'ratio to BERT':>15}")
+    print(f"{'BertForPreTraining':<28}{base:>10,.0f}{1.0:>15.2f}")
+    full = [move(b) for b in raw]
+    for fusion in ("none", "gate", "attn"):
+        torch.manual_seed(0)
+        m = PolicyBertForPreTraining(PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size,
+                                                      max_position_embeddings=128, fusion=fusion, **size))
+        tps = tokens_per_s(m, full, device)
+        print(f"{'PolicyBert fusion=' + fusion:<28}{tps:>10,.0f}{tps / base:>15.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""Initialise PolicyBERT from local checkpoints, as the thesis did (SPEC §6): the char encoder and
+pooler from a BERT checkpoint (e.g. ``BAAI/bge-base-zh-v1.5``), the word embeddings and word layers
+from a ZEN checkpoint (``ZEN-pretrain-base``), the fusion layers new.
+
+Checkpoints are read from local folders only (``model.safetensors`` or ``pytorch_model.bin`` plus
+``config.json``); nothing is downloaded. ZEN stores its word encoder as ``word_embeddings.*`` and
+``encoder.word_layers.*`` (old ``gamma``/``beta`` LayerNorm names are mapped); its n-gram vocabulary
+``ngram.txt`` maps our vocabulary words to ZEN's rows, and words ZEN lacks keep a fresh init.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from model.configuration import PolicyBertConfig
+
+
+class BackboneError(ValueError):
+    """A backbone folder lacks weights/config, or its shapes do not fit the model."""
+
+
+def load_state_dict(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Weights of a checkpoint folder, keys with a leading ``bert.``/``model.`` prefix removed and
+    ``gamma``/``beta`` renamed to ``weight``/``bias``.
+
+    Raises:
+        BackboneError: neither ``model.safetensors`` nor ``pytorch_model.bin`` is in the folder.
+    """
+    folder = Path(folder)
+    if (folder / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        raw = load_file(str(folder / "model.safetensors"))
+    elif (folder / "pytorch_model.bin").is_file():
+        raw = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    else:
+        raise BackboneError(f"{folder}: no model.safetensors or pytorch_model.bin")
+    out = {}
+    for k, v in raw.items():
+        for prefix in ("bert.", "model."):
+            if k.startswith(prefix):
+                k = k[len(prefix):]
+                break
+        k = k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+        out[k] = v
+    return out
+
+
+def _read_config(folder: str | os.PathLike) -> dict:
+    for name in ("config.json", "bert_config.json"):
+        p = Path(folder) / name
+        if p.is_file():
+            return json.loads(p.read_text(encoding="utf-8"))
+    raise BackboneError(f"{folder}: no config.json")
+
+
+def config_from_backbones(char_backbone: str, word_backbone: str | None = None, **overrides) -> PolicyBertConfig:
+    """A PolicyBertConfig whose char encoder matches the BERT checkpoint (and whose word-layer count
+    matches ZEN's ``num_hidden_word_layers`` when given); ``overrides`` set fusion, max_words, etc."""
+    c = _read_config(char_backbone)
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
+            "type_vocab_size", "initializer_range", "layer_norm_eps")
+    kw = {k: c[k] for k in keys if k in c}
+    if word_backbone:
+        z = _read_config(word_backbone)
+        kw["num_word_layers"] = z.get("num_hidden_word_layers", kw.get("num_word_layers", 6))
+    kw.update(overrides)
+    return PolicyBertConfig(**kw)
+
+
+def _copy(target: dict[str, torch.Tensor], name: str, value: torch.Tensor, report: dict, source: str) -> None:
+    if name not in target:
+        report["skipped"].append(f"{source}:{name} (not in model)")
+    elif target[name].shape != value.shape:
+        report["skipped"].append(f"{source}:{name} shape {tuple(value.shape)} != {tuple(target[name].shape)}")
+    else:
+        target[name].copy_(value)
+        report[source].append(name)
+
+
+@torch.no_grad()
+def init_from_backbones(model, char_backbone: str | None = None, word_backbone: str | None = None,
+                        word_vocab: list[str] | None = None) -> dict:
+    """Copy backbone weights into ``model`` (a PolicyBert* model) in place.
+
+    Args:
+        char_backbone: BERT checkpoint dir: ``embeddings.*``, ``encoder.layer.*``, ``pooler.*``.
+        word_backbone: ZEN checkpoint dir: ``word_embeddings.*``, ``encoder.word_layers.*`` (+ ``ngram.txt``).
+        word_vocab: our word list (ids 1..V); with ZEN's ``ngram.txt``, matching words get ZEN's rows.
+
+    Returns:
+        Report: ``char`` / ``word`` = parameter names loaded from each backbone, ``new`` = names left
+        at their fresh init, ``skipped`` = source tensors not used (with the reason), and
+        ``word_rows_from_zen`` = vocabulary words whose embedding row came from ZEN.
+    """
+    base = model.bert if hasattr(model, "bert") else model
+    prefix = "bert." if base is not model else ""
+    target = dict(model.state_dict(keep_vars=True))
+    target = {k: v.data for k, v in target.items()}
+    report: dict = {"char": [], "word": [], "skipped": [], "word_rows_from_zen": 0}
+    if char_backbone:
+        for k, v in load_state_dict(char_backbone).items():
+            if k.startswith(("embeddings.", "encoder.layer.", "pooler.")) and "position_ids" not in k:
+                _copy(target, prefix + k, v, report, "char")
+    if word_backbone:
+        sd = load_state_dict(word_backbone)
+        ngram_file = Path(word_backbone) / "ngram.txt"
+        for k, v in sd.items():
+            if k.startswith("encoder.word_layers."):
+                _copy(target, prefix + k, v, report, "word")
+            elif k.startswith("word_embeddings.") and k != "word_embeddings.word_embeddings.weight":
+                _copy(target, prefix + k, v, report, "word")
+        emb = sd.get("word_embeddings.word_embeddings.weight")
+        name = prefix + "word_embeddings.word_embeddings.weight"
+        if emb is not None and word_vocab and ngram_file.is_file() and name in target:
+            zen_ids = {}
+            for i, line in enumerate(ngram_file.read_text(encoding="utf-8").splitlines()):
+                w = line.split(",")[0].split("\t")[0].strip()
+                if w:
+                    zen_ids.setdefault(w, i)
+            if emb.shape[1] != target[name].shape[1]:
+                report["skipped"].append(f"word:{name} hidden {emb.shape[1]} != {target[name].shape[1]}")
+            else:
+                for our_id, w in enumerate(word_vocab, start=1):
+                    if w in zen_ids and zen_ids[w] < emb.shape[0] and our_id < target[name].shape[0]:
+                        target[name][our_id] = emb[zen_ids[w]]
+                        report["word_rows_from_zen"] += 1
+                report["word"].append(f"{name} ({report['word_rows_from_zen']} rows)")
+    loaded = {n.split(" ")[0] for n in report["char"] + report["word"]}
+    loaded_ptrs = {target[n].data_ptr() for n in loaded}  # tied weights (MLM decoder = char embeddings)
+    report["new"] = [k for k, v in target.items() if k not in loaded and v.data_ptr() not in loaded_ptrs
+                     and not k.endswith(("position_ids", "token_type_ids"))]
+    return report
