@@ -4,7 +4,8 @@ Device ``auto`` picks CUDA (bf16 autocast) when present, else CPU. AdamW with li
 (transformers), gradient accumulation, gradient clipping, seeded data order per epoch. With a
 ``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, data
 position) every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and
-ends with the same weights as an uninterrupted run with the same seed.
+ends with the same weights as an uninterrupted run with the same seed. Several GPUs: start the same
+code under ``accelerate launch`` (or ``torchrun``); the loop runs DDP through ``accelerate``.
 """
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ class TrainConfig:
     device: str = "auto"
     log_every: int = 50
     save_every: int = 0
+
+
+def _tty() -> bool:
+    import sys
+
+    return sys.stderr.isatty()
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -118,13 +125,20 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
     Raises:
         ValueError: no examples.
     """
+    from accelerate import Accelerator
+    from tqdm.auto import tqdm
+
     get = examples if callable(examples) else (lambda epoch: examples)
     if not len(get(0)):
         raise ValueError("no training examples")
     device = resolve_device(cfg.device)
+    # one process: plain training on `device`; under `accelerate launch`/torchrun: DDP over the processes,
+    # each taking every num_processes-th batch (the global batch is batch_size x num_processes)
+    acc = Accelerator(cpu=device.type == "cpu", mixed_precision="bf16" if device.type == "cuda" else "no")
+    device, nproc, rank = acc.device, acc.num_processes, acc.process_index
     torch.manual_seed(cfg.seed)
     model.to(device).train()
-    per_epoch = math.ceil(len(get(0)) / (cfg.batch_size * cfg.grad_accum))
+    per_epoch = math.ceil(len(get(0)) // nproc / (cfg.batch_size * cfg.grad_accum)) or 1
     total = cfg.max_steps or per_epoch * cfg.epochs
     opt = _optimizer(model, cfg)
     sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
@@ -136,43 +150,52 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
             pos, resumed = loaded, loaded["step"]
             model.to(device)
             log(f"resumed from step {resumed}")
+    unwrapped = model
+    model, opt = acc.prepare(model, opt)
+    bar = tqdm(total=total, initial=pos["step"], desc="train", disable=not (acc.is_main_process and _tty()))
     t0 = time.perf_counter()
     tokens0 = pos["tokens"]
     while pos["step"] < total:
         data = get(pos["epoch"])
         idx = batches(len(data), cfg.batch_size, np.random.default_rng([cfg.seed, pos["epoch"]]))
+        idx = idx[rank::nproc][: len(idx) // nproc or 1]
         for k in range(pos["batch"], len(idx)):
             batch = {key: v.to(device) for key, v in collate_fn([data[i] for i in idx[k]]).items()}
-            with autocast(device):
+            with acc.autocast():
                 loss = model(**batch).loss / cfg.grad_accum
-            loss.backward()
-            pos["tokens"] += int(batch["input_ids"].numel())
+            acc.backward(loss)
+            pos["tokens"] += int(batch["input_ids"].numel()) * nproc
             if (k + 1) % cfg.grad_accum and k + 1 < len(idx):
                 continue
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            acc.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
             pos["step"] += 1
             pos["batch"] = k + 1
             pos["losses"] = (pos["losses"] + [loss.item() * cfg.grad_accum])[-cfg.log_every:]
-            if pos["step"] % cfg.log_every == 0 or pos["step"] == total:
+            bar.update(1)
+            if acc.is_main_process and (pos["step"] % cfg.log_every == 0 or pos["step"] == total):
                 log(f"step {pos['step']}/{total} loss {np.mean(pos['losses']):.4f} lr {sched.get_last_lr()[0]:.2e}")
             if state_dir is not None and cfg.save_every and pos["step"] % cfg.save_every == 0:
-                _save_state(Path(state_dir), model, opt, sched, pos)
+                acc.wait_for_everyone()
+                if acc.is_main_process:
+                    _save_state(Path(state_dir), unwrapped, opt, sched, pos)
             if on_step is not None:
                 on_step(pos["step"])
             if pos["step"] >= total:
                 break
         else:
             pos["epoch"], pos["batch"] = pos["epoch"] + 1, 0
-    if state_dir is not None and resumed != pos["step"]:
-        _save_state(Path(state_dir), model, opt, sched, pos)  # final state: a rerun of a finished loop is a no-op
+    bar.close()
+    if state_dir is not None and resumed != pos["step"] and acc.is_main_process:
+        _save_state(Path(state_dir), unwrapped, opt, sched, pos)  # final state: a rerun of a finished loop is a no-op
+    acc.wait_for_everyone()
     secs = time.perf_counter() - t0
     return {"steps": pos["step"], "epochs_run": pos["epoch"] + (1 if pos["batch"] else 0),
             "final_loss": float(np.mean(pos["losses"])), "seconds": secs,
             "tokens_per_s": (pos["tokens"] - tokens0) / secs if secs else 0.0, "device": str(device),
-            "resumed_from": resumed}
+            "processes": nproc, "resumed_from": resumed}
 
 
 @torch.no_grad()
