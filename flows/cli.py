@@ -23,6 +23,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stopwords", default=None, help="stopword list (default: stopwords.txt beside input)")
     p.add_argument("--char-backbone", default=None, help="local BERT checkpoint dir for the char encoder (e.g. bge-base-zh-v1.5)")
     p.add_argument("--word-backbone", default=None, help="local ZEN checkpoint dir for the word encoder")
+    p.add_argument("--registry", default=None, help="source registry for --input crawl (default crawler/sources.yaml)")
+    p.add_argument("--refresh", action="store_true", help="with --input crawl: re-check fetched pages (conditional GET)")
     return p
 
 
@@ -32,9 +34,11 @@ def validate(args: argparse.Namespace) -> None:
     from storage import check_writable_dir
 
     if args.input == "crawl":
-        raise ValueError("--input crawl: the crawl stage is not available yet; pass a CSV export "
-                         "(title,pubtime,channel,describes,contentText)")
-    read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
+        from crawler.registry import DEFAULT_REGISTRY, load_registry
+
+        load_registry(args.registry or DEFAULT_REGISTRY)  # RegistryError lists every bad entry
+    else:
+        read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
     for flag, path in (("--char-backbone", args.char_backbone), ("--word-backbone", args.word_backbone)):
         if path and not any((Path(path) / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
             raise ValueError(f"{flag} {path}: not a checkpoint folder (no model.safetensors or pytorch_model.bin)")

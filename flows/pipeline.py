@@ -34,18 +34,23 @@ def _sibling(path: str, name: str) -> str | None:
 @flow(name="policy-pipeline", log_prints=True)
 def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sources_csv: str | None = None,
                     stopwords: str | None = None, char_backbone: str | None = None,
-                    word_backbone: str | None = None) -> dict:
+                    word_backbone: str | None = None, registry: str | None = None, refresh: bool = False) -> dict:
     """Run every stage on a CSV export ``input`` into ``data_dir``; returns the run summary.
 
     ``sources_csv`` / ``stopwords`` default to ``policy_sources.csv`` / ``stopwords.txt`` beside the input.
     ``char_backbone`` / ``word_backbone``: local BERT (bge) / ZEN checkpoint dirs to initialise PolicyBERT.
+    ``input="crawl"`` crawls the sources of ``registry`` (default ``crawler/sources.yaml``) instead;
+    ``refresh`` re-checks already fetched pages with conditional GETs.
     """
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
-    stopwords = stopwords or _sibling(input, "stopwords.txt")
     r: dict = {}
-    r["import"] = T.import_documents(data_dir, str(Path(input).resolve()), sources_csv)
+    if input == "crawl":
+        r["import"] = T.crawl_documents(data_dir, registry, refresh)
+    else:
+        sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
+        stopwords = stopwords or _sibling(input, "stopwords.txt")
+        r["import"] = T.import_documents(data_dir, str(Path(input).resolve()), sources_csv)
     r["clean"] = T.clean(data_dir, cfg.clean, wait_for=[r["import"]])
     r["sentences"] = T.sentences(data_dir, cfg.sentences, wait_for=[r["clean"]])
     r["segment"] = T.segment(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
@@ -76,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     policy_pipeline(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords,
-                    args.char_backbone, args.word_backbone)
+                    args.char_backbone, args.word_backbone, args.registry, args.refresh)
     return 0
 
 

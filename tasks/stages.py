@@ -40,6 +40,19 @@ def import_documents(data_dir: str, input_csv: str, sources_csv: str | None = No
     return text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
 
 
+@task(name="crawl", retries=1, retry_delay_seconds=60)
+def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = False) -> dict:
+    """Registry sources -> archive + crawl state -> ``documents`` (not cached: a crawl looks at the web;
+    the archive and crawl state make a rerun fetch only new URLs, or, with ``refresh``, send
+    conditional GETs)."""
+    from crawler.crawl import CrawlConfig
+    from crawler.registry import DEFAULT_REGISTRY
+    from crawler.stages import crawl_stage
+
+    return crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
+                       registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh))
+
+
 @task(name="clean", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS,), packages=TEXT), **CACHED)
 def clean(data_dir: str, cfg: CleanConfig) -> dict:
     """``documents`` -> ``documents_clean`` + ``rejects``."""

@@ -97,7 +97,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-@pytest.mark.parametrize("case", ["missing", "columns", "empty", "unwritable", "crawl"])
+@pytest.mark.parametrize("case", ["missing", "columns", "empty", "unwritable", "registry"])
 def test_bad_input_one_line_error_nothing_written(tmp_path, case):
     data = tmp_path / "data"
     inp = tmp_path / "in.csv"
@@ -108,13 +108,18 @@ def test_bad_input_one_line_error_nothing_written(tmp_path, case):
     if case == "unwritable":
         data = tmp_path / "a-file"
         data.write_text("x")
-    arg = "crawl" if case == "crawl" else str(inp)
-    res = _cli("--input", arg, "--data-dir", str(data), "--profile", "tiny")
+    extra = []
+    if case == "registry":
+        reg = tmp_path / "sources.yaml"
+        reg.write_text("sources:\n- name: x\n  hosts: []\n  seeds: [ftp://x.cn/a]\n", encoding="utf-8")
+        extra = ["--registry", str(reg)]
+    arg = "crawl" if case == "registry" else str(inp)
+    res = _cli("--input", arg, "--data-dir", str(data), "--profile", "tiny", *extra)
     assert res.returncode == 2
     err = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(err) == 1 and err[0].startswith("error: ")
+    assert err[0].startswith("error: ") and (len(err) == 1 or case == "registry")
     expected = {"missing": "not found", "columns": "lacks required column", "empty": "empty corpus",
-                "unwritable": "not writable", "crawl": "crawl"}[case]
+                "unwritable": "not writable", "registry": "problem(s)"}[case]
     assert expected in err[0]
     if case != "unwritable":
         assert not data.exists() or not [p for p in data.rglob("*") if p.is_file() and ".prefect" not in p.parts]
@@ -132,3 +137,33 @@ def test_ablation_flow_table(pipeline_run, real_slice):
     for fusion in ("none", "attn"):
         cfg = json.loads((data / L.ABLATION_MODELS / fusion / "pretrain" / "config.json").read_text())
         assert cfg["fusion"] == fusion
+
+
+def test_pipeline_from_a_crawl_of_local_hosts(prefect_harness, real_slice, tmp_path):
+    """--input crawl end to end: 5 real documents served as gov.cn pages and a PDF by local hosts."""
+    import csv
+
+    from flows.pipeline import policy_pipeline
+    from tests.builders import gov_page, text_pdf
+    from tests.http_hosts import hosts, send
+
+    csv.field_size_limit(sys.maxsize)
+    rows = list(csv.DictReader(open(real_slice, encoding="utf-8")))
+    routes = {"/robots.txt": lambda h: send(h, 200, b"User-agent: *\nAllow: /\n", "text/plain")}
+    for i, r in enumerate(rows[:4]):
+        body = gov_page(r["contentText"]).encode()
+        routes[f"/doc/{i}.html"] = lambda h, b=body: send(h, 200, b)
+    pdf = text_pdf([rows[4]["contentText"][k:k + 300] for k in range(0, 900, 300)])
+    routes["/white.pdf"] = lambda h: send(h, 200, pdf, "application/pdf")
+    with hosts(routes, first_ip=40) as (a,):
+        reg = tmp_path / "sources.yaml"
+        reg.write_text(json.dumps({"sources": [{"name": "本地测试源", "hosts": [a.netloc], "seeds":
+                                                [a.url(f"/doc/{i}.html") for i in range(4)] + [a.url("/white.pdf")]}]},
+                                  ensure_ascii=False), encoding="utf-8")
+        data = tmp_path / "data"
+        state = policy_pipeline("crawl", str(data), "tiny", registry=str(reg), return_state=True)
+    assert state.is_completed()
+    docs = read_table(data / L.DOCUMENTS)
+    assert len(docs) == 5 and set(docs["content_type"]) == {"html", "pdf"} and docs["fetched_at"].notna().all()
+    assert (data / L.CRAWL / "raw_index.parquet").is_file()
+    assert json.loads((data / L.SUMMARY).read_text())["index"]["chunks"] > 10

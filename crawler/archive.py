@@ -1,0 +1,77 @@
+"""Raw response archive and crawl state (issue: crawler).
+
+- :class:`RawArchive`: every body stored once, content-addressed: ``raw/ab/<sha256>`` written
+  atomically; extraction can be re-run from it with no network.
+- :class:`CrawlState`: one SQLite row per URL (status, final URL, body sha256, content type,
+  ETag / Last-Modified, fetched_at, error), committed after every fetch, so a killed crawl resumes
+  without refetching what it has; exported as a Parquet index beside the archive.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pandas as pd
+
+from storage.atomic import atomic_write_bytes
+
+COLUMNS = ("url", "source_id", "status", "final_url", "raw_sha256", "content_type", "etag", "last_modified",
+           "fetched_at", "error", "detail", "attempts", "bytes")
+
+
+class RawArchive:
+    """Content-addressed store of response bodies under ``root/raw``."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root) / "raw"
+
+    def path(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    def put(self, body: bytes) -> str:
+        """Store ``body`` (once) and return its sha256."""
+        sha = hashlib.sha256(body).hexdigest()
+        p = self.path(sha)
+        if not p.is_file():
+            atomic_write_bytes(p, body)
+        return sha
+
+    def get(self, sha: str) -> bytes:
+        """The body with this sha256. Raises FileNotFoundError."""
+        return self.path(sha).read_bytes()
+
+
+class CrawlState:
+    """Per-URL crawl records in SQLite (WAL); safe to share between threads."""
+
+    def __init__(self, path: str | os.PathLike):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._lock = threading.Lock()
+        cols = ", ".join(f"{c} {'TEXT PRIMARY KEY' if c == 'url' else ''}" for c in COLUMNS)
+        self._db.execute(f"CREATE TABLE IF NOT EXISTS pages ({cols})")
+
+    def get(self, url: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM pages WHERE url = ?", (url,)).fetchone()
+        return dict(zip(COLUMNS, row)) if row else None
+
+    def put(self, record: dict) -> None:
+        """Insert or replace the record of ``record['url']`` (committed at once)."""
+        values = [record.get(c) for c in COLUMNS]
+        with self._lock:
+            self._db.execute(f"INSERT OR REPLACE INTO pages ({', '.join(COLUMNS)}) VALUES "
+                             f"({', '.join('?' for _ in COLUMNS)})", values)
+
+    def frame(self) -> pd.DataFrame:
+        """All records as a DataFrame (columns :data:`COLUMNS`)."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT {', '.join(COLUMNS)} FROM pages ORDER BY url").fetchall()
+        return pd.DataFrame(rows, columns=list(COLUMNS))
+
+    def close(self) -> None:
+        self._db.close()

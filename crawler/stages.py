@@ -1,0 +1,36 @@
+"""Crawl stage over storage: registry -> archive + crawl state -> ``documents`` + ``crawl_failures``."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from crawler.archive import CrawlState, RawArchive
+from crawler.crawl import CrawlConfig, crawl, documents_from_archive
+from crawler.registry import DEFAULT_REGISTRY, load_registry
+from storage import code_version, file_sha256, write_table
+
+
+def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.PathLike = DEFAULT_REGISTRY,
+                cfg: CrawlConfig = CrawlConfig()) -> dict:
+    """Crawl the registry's sources into ``crawl_root`` (archive ``raw/``, ``state.sqlite``,
+    ``raw_index.parquet``), then extract offline into the ``documents`` table; fetch and extraction
+    failures go to ``crawl_failures`` with their reasons. Nothing partial reaches ``documents``."""
+    sources = load_registry(registry)
+    root = Path(crawl_root)
+    state, archive = CrawlState(root / "state.sqlite"), RawArchive(root)
+    try:
+        counts = crawl(sources, state, archive, cfg)
+        docs, fails = documents_from_archive(sources, state, archive)
+        state.frame().to_parquet(root / "raw_index.parquet", index=False)
+    finally:
+        state.close()
+    stats = {"crawl": counts, "documents": int(len(docs)), "failures": {str(k): int(v) for k, v in
+                                                                       fails["reason"].value_counts().items()},
+             "sources": len(sources), "ocr_documents": int(docs["ocr"].sum()) if len(docs) else 0}
+    cv = code_version(["crawler", "storage"])
+    config = {**asdict(cfg), "registry": str(registry)}
+    write_table(fails, failures_dir, name="crawl_failures", config=config, code_version=cv, stats=stats)
+    write_table(docs.drop(columns=["ocr"]), documents_dir, name="documents", config=config, code_version=cv,
+                inputs={"registry": file_sha256(registry)}, stats=stats)
+    return stats
