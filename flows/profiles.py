@@ -46,8 +46,8 @@ class PipelineConfig:
     pretrain_data: PretrainDataConfig = PretrainDataConfig()
     pretrain_epochs: int = 1
     model: ModelSize = ModelSize()
-    pretrain: TrainConfig = TrainConfig(max_steps=300, batch_size=32, lr=5e-4, log_every=50)
-    finetune: TrainConfig = TrainConfig(max_steps=300, batch_size=32, lr=2e-4, log_every=50)
+    pretrain: TrainConfig = TrainConfig(max_steps=1000, batch_size=32, lr=5e-4, log_every=100)
+    finetune: TrainConfig = TrainConfig(max_steps=600, batch_size=32, lr=2e-4, log_every=100)
     finetune_max_eval: int | None = None
     chunks: ChunkConfig = ChunkConfig()
     index: IndexConfig = IndexConfig()
