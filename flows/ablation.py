@@ -21,6 +21,7 @@ from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 
 from flows.profiles import get_profile
+from flows.stages import corpus_stages
 from storage import layout as L
 from storage import write_table
 from tasks import stages as T
@@ -45,16 +46,9 @@ def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", f
     """Run the text stages (cache hits after the main job), then pretrain/fine-tune per fusion and dataset."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    src = Path(input).parent
-    sources = str(src / "policy_sources.csv") if (src / "policy_sources.csv").is_file() else None
-    stop = str(src / "stopwords.txt") if (src / "stopwords.txt").is_file() else None
-    d = T.import_documents(data_dir, str(Path(input).resolve()), sources)
-    c = T.clean(data_dir, cfg.clean, wait_for=[d])
-    s = T.sentences(data_dir, cfg.sentences, wait_for=[c])
-    g = T.segment(data_dir, cfg.segmenter, wait_for=[s])
-    v = T.vocab(data_dir, stop, cfg.vocab, wait_for=[g])
-    ds = T.datasets(data_dir, cfg.pairs, wait_for=[s])
-    pd_ = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, wait_for=[v, g])
+    r = corpus_stages(cfg, data_dir, input)
+    ds = r["datasets"]
+    pd_ = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, wait_for=[r["vocab"], r["segment"]])
     rows = []
     for fusion in fusions:
         pre_out = f"{L.ABLATION_MODELS}/{fusion}/pretrain"

@@ -20,15 +20,11 @@ from pathlib import Path
 from prefect import flow
 
 from flows.profiles import get_profile
+from flows.stages import corpus_stages, index_stages, model_stages
 from flows.summary import build_summary, format_summary
 from storage import atomic_write_text
 from storage import layout as L
 from tasks import stages as T
-
-
-def _sibling(path: str, name: str) -> str | None:
-    p = Path(path).parent / name
-    return str(p) if p.is_file() else None
 
 
 @flow(name="policy-pipeline", log_prints=True)
@@ -44,27 +40,11 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     """
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    r: dict = {}
-    if input == "crawl":
-        r["import"] = T.crawl_documents(data_dir, registry, refresh)
-    else:
-        sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
-        stopwords = stopwords or _sibling(input, "stopwords.txt")
-        r["import"] = T.import_documents(data_dir, str(Path(input).resolve()), sources_csv)
-    r["clean"] = T.clean(data_dir, cfg.clean, wait_for=[r["import"]])
-    r["sentences"] = T.sentences(data_dir, cfg.sentences, wait_for=[r["clean"]])
-    r["segment"] = T.segment(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
-    r["vocab"] = T.vocab(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
-    r["datasets"] = T.datasets(data_dir, cfg.pairs, wait_for=[r["sentences"]])
-    r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
-    r["pretrain_data"] = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone,
-                                         wait_for=[r["vocab"], r["segment"]])
-    r["pretrain"] = T.pretrain(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL,
-                               char_backbone, word_backbone, wait_for=[r["pretrain_data"]])
-    r["finetune"] = T.finetune(data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], r["datasets"]])
-    r["index"] = T.index(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size, wait_for=[r["finetune"]])
-    r["retrieval_eval"] = T.evaluate_retrieval(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
+    r = corpus_stages(cfg, data_dir, input, sources_csv, stopwords, registry, refresh)
+    r.update(model_stages(cfg, data_dir, [r["vocab"], r["segment"], r["datasets"]], char_backbone, word_backbone))
+    r.update(index_stages(cfg, data_dir, [r["finetune"]]))
     r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
+    r["lineage"] = T.lineage(data_dir, wait_for=[r["retrieval_eval"], r["report"]])
     summary = build_summary(cfg.name, r)
     atomic_write_text(Path(data_dir) / L.SUMMARY, json.dumps(summary, ensure_ascii=False, indent=1))
     print(format_summary(summary))

@@ -22,6 +22,7 @@ from retrieval import stages as rstages
 from retrieval.chunks import ChunkConfig
 from retrieval.index import IndexConfig
 from storage import layout as L
+from tasks.assets import describe_outputs
 from tasks.caching import content_cache_key, jsonable
 
 TEXT = ("corpus", "storage")
@@ -37,7 +38,9 @@ def _p(data_dir: str, rel: str) -> Path:
                                                               packages=("crawler", "storage")), **CACHED)
 def import_documents(data_dir: str, input_csv: str, sources_csv: str | None = None) -> dict:
     """CSV export -> ``documents``."""
-    return text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
+    out = text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
+    describe_outputs()
+    return out
 
 
 @task(name="crawl", retries=1, retry_delay_seconds=60)
@@ -49,42 +52,54 @@ def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = 
     from crawler.registry import DEFAULT_REGISTRY
     from crawler.stages import crawl_stage
 
-    return crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
-                       registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh))
+    out = crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
+                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh))
+    describe_outputs()
+    return out
 
 
 @task(name="clean", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS,), packages=TEXT), **CACHED)
 def clean(data_dir: str, cfg: CleanConfig) -> dict:
     """``documents`` -> ``documents_clean`` + ``rejects``."""
-    return text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
+    out = text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
+    describe_outputs()
+    return out
 
 
 @task(name="sentences", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN,), packages=TEXT), **CACHED)
 def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
     """``documents_clean`` -> ``sentences``."""
-    return text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
+    out = text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
+    describe_outputs()
+    return out
 
 
 @task(name="segment", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
       **CACHED)
 def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None) -> dict:
     """``sentences`` -> ``segments`` (HanLP; backend recorded)."""
-    return text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict,
+    out = text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict,
                               cache_root=_p(data_dir, L.SEGMENT_CACHE))
+    describe_outputs()
+    return out
 
 
 @task(name="vocab", cache_key_fn=content_cache_key(inputs=(L.SEGMENTS,), files=("stopwords",), packages=TEXT),
       **CACHED)
 def vocab(data_dir: str, stopwords: str | None, cfg: VocabConfig) -> dict:
     """``segments`` -> ``vocab`` (+ vocab.txt)."""
-    return text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
+    out = text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
+    describe_outputs()
+    return out
 
 
 @task(name="datasets", cache_key_fn=content_cache_key(inputs=(L.SENTENCES, L.DOCUMENTS_CLEAN), packages=TEXT),
       **CACHED)
 def datasets(data_dir: str, cfg: PairConfig) -> dict:
     """``sentences`` -> ``policysm1/`` + ``policysm2/`` (split by document) with the shortcut probe."""
-    return text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
+    out = text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
+    describe_outputs()
+    return out
 
 
 @task(name="pretrain-data", cache_key_fn=content_cache_key(
@@ -96,6 +111,7 @@ def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig,
     split_of = text.document_splits(_p(data_dir, L.DOCUMENTS_CLEAN), pairs_cfg)
     out = mstages.pretrain_data_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB),
                                       _p(data_dir, L.TOKENIZER), split_of, _p(data_dir, L.PRETRAIN), cfg, epochs)
+    describe_outputs()
     return {**tok, **out}
 
 
@@ -108,6 +124,7 @@ def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, o
     metrics = mstages.pretrain_stage(_p(data_dir, L.PRETRAIN), _p(data_dir, L.TOKENIZER), _p(data_dir, L.VOCAB),
                                      _p(data_dir, out), jsonable(model_kwargs), cfg, epochs,
                                      char_backbone=char_backbone, word_backbone=word_backbone)
+    describe_outputs()
     return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
 
 
@@ -118,6 +135,7 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
     """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out`` with dev/test accuracy and F1 (best round by dev)."""
     m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
                                max_eval_examples=max_eval_examples)
+    describe_outputs()
     return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
 
 
@@ -126,8 +144,10 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
       **CACHED)
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64) -> dict:
     """Chunks + embeddings + FAISS ``index/vN`` (switches ``index/CURRENT``); only new/changed chunks embedded."""
-    return rstages.index_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
+    out = rstages.index_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
                                _p(data_dir, L.INDEX), cfg, index_cfg, batch_size)
+    describe_outputs()
+    return out
 
 
 @task(name="evaluate-retrieval", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL),
@@ -138,6 +158,7 @@ def evaluate_retrieval(data_dir: str, segmenter: str = "auto", seed: int = 13) -
 
     res = rstages.evaluate_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.INDEX),
                                  _p(data_dir, L.RETRIEVAL_EVAL), segmenter, seed)
+    describe_outputs()
     create_table_artifact(table=res["table"], key="retrieval-evaluation",
                           description=f"Known-item search, {res['queries']} title/citation queries; "
                                       f"IVF recall@10 vs exact {res['ivf_recall@10_vs_exact']:.3f}, "
@@ -163,8 +184,24 @@ def dataset_report(data_dir: str) -> dict:
     from corpus.report import build_report
 
     rep = build_report(data_dir, _p(data_dir, L.REPORT))
+    describe_outputs()
     create_markdown_artifact(markdown=rep["markdown"], key="dataset-report",
                              description=f"Dataset report; plots in {_p(data_dir, L.REPORT)}")
     create_table_artifact(table=rep["pairs"], key="policysm-pairs", description="PolicySM pairs per split/kind/label")
     create_table_artifact(table=rep["probe"], key="shortcut-probe", description="Shortcut probe vs majority baseline")
     return {"files": rep["files"], "probe": rep["probe"]}
+
+
+@task(name="lineage")
+def lineage(data_dir: str) -> list[dict]:
+    """Lineage of every output (fingerprints, inputs, config, code) as ``lineage.md`` and a Markdown artifact."""
+    from prefect.artifacts import create_markdown_artifact
+
+    from storage import atomic_write_text
+    from storage.lineage import lineage_markdown, lineage_records
+
+    records = lineage_records(data_dir)
+    md = lineage_markdown(records)
+    atomic_write_text(_p(data_dir, L.LINEAGE), md)
+    create_markdown_artifact(markdown=md, key="lineage", description=f"Lineage of {data_dir}")
+    return records

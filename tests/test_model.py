@@ -119,3 +119,28 @@ def test_whole_word_masking_masks_whole_units(tmp_path):
         s, n = chosen[0]
         assert all(labels[s + j] == ids[s + j] for j in range(n))  # the whole word is predicted
         assert sum(1 for x in labels if x != -100) == n
+
+
+def test_pretrain_data_deterministic_per_seed_and_epoch(tmp_path):
+    import pandas as pd
+
+    from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
+
+    sents = pd.DataFrame({"doc_id": ["a"] * 6 + ["b"] * 6, "sent_idx": list(range(6)) * 2,
+                          "text": [f"数据要素市场第{i}条建设要求。" for i in range(12)]})
+    segs = sents.assign(words=[["数据", "要素", "市场", "第", str(i), "条", "建设", "要求", "。"] for i in range(12)])
+    tok = save_char_tokenizer(build_char_vocab(sents["text"]), tmp_path)
+    enc = CharEncoder(tok.get_vocab())
+    matcher = WordMatcher(["数据", "要素", "市场", "建设", "要求"])
+    split = {"a": "train", "b": "train"}
+    cfg = PretrainDataConfig(seed=3)
+    e0, stats = build_pretrain_epoch(sents, segs, split, enc, matcher, cfg, 0)
+    again, _ = build_pretrain_epoch(sents, segs, split, enc, matcher, cfg, 0)
+    e1, _ = build_pretrain_epoch(sents, segs, split, enc, matcher, cfg, 1)
+    assert e0.astype(str).equals(again.astype(str)) and not e0.astype(str).equals(e1.astype(str))
+    assert len(e0) == 10 and stats["examples"] == 10  # every sentence with a next one in its document
+    for row in e0.itertuples():
+        if row.nsp_label == 0:  # the real next sentence of the same document
+            assert row.doc_id in ("a", "b")
+        masked = [i for i, x in enumerate(row.mlm_labels) if x != -100]
+        assert 1 <= len(masked) <= 0.15 * (len(row.input_ids) - 3) + 2  # whole words up to the 15% budget

@@ -167,3 +167,62 @@ def test_pipeline_from_a_crawl_of_local_hosts(prefect_harness, real_slice, tmp_p
     assert len(docs) == 5 and set(docs["content_type"]) == {"html", "pdf"} and docs["fetched_at"].notna().all()
     assert (data / L.CRAWL / "raw_index.parquet").is_file()
     assert json.loads((data / L.SUMMARY).read_text())["index"]["chunks"] > 10
+
+
+def test_killed_run_resumes_at_the_first_unfinished_task(real_slice, tmp_path):
+    """SIGKILL the CLI while it trains, rerun it: the finished stages are cache hits, the rest runs."""
+    import os
+    import re
+    import signal
+    import time as _time
+
+    data = tmp_path / "data"
+    cmd = [sys.executable, "-m", "flows.pipeline", "--input", str(real_slice), "--data-dir", str(data),
+           "--profile", "tiny"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    seen = []
+    deadline = _time.monotonic() + 240
+    for line in proc.stdout:
+        seen.append(line)
+        if "Task run 'pretrain-data" in line and "Completed" in line:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, server included
+            break
+        assert _time.monotonic() < deadline, "".join(seen[-20:])
+    proc.wait(timeout=60)
+    assert not (data / L.FINETUNED_MODEL).exists()
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    states = dict(re.findall(r"Task run '([\w-]+)-\w{3}' - Finished in state (\w+)", out.stdout + out.stderr))
+    for t in ("import-documents", "clean", "sentences", "segment", "vocab", "datasets", "pretrain-data"):
+        assert states[t] == "Cached", (t, states)
+    for t in ("pretrain", "finetune", "index"):
+        assert states[t] == "Completed", (t, states)
+
+
+def test_outputs_are_assets_with_upstream_lineage(pipeline_run):
+    """The first run emitted asset materialization events keyed by file:// manifests, with upstream assets."""
+    import time as _time
+
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter, EventResourceFilter
+
+    data, _, _ = pipeline_run
+    lineage = (data / L.LINEAGE).read_text(encoding="utf-8")
+    assert "`documents_clean`" in lineage and "`models/finetune-policysm1`" in lineage
+    flt = EventFilter(event=EventNameFilter(prefix=["prefect.asset.materialization"]),
+                      resource=EventResourceFilter(id_prefix=[f"file://{data}/"]),
+                      occurred=EventOccurredFilter(since=__import__("datetime").datetime(2000, 1, 1,
+                                                   tzinfo=__import__("datetime").timezone.utc)))
+    events = []
+    for _ in range(20):  # events are written asynchronously
+        with get_client(sync_client=True) as client:
+            events = client.read_events(filter=flt, limit=50).events
+        if any(str(e.resource.id).endswith(f"{data}/{L.VOCAB}/manifest.json") for e in events):
+            break
+        _time.sleep(0.5)
+    by_key = {str(e.resource.id): e for e in events if str(e.resource.id).startswith(f"file://{data}/")}
+    vocab = by_key[f"file://{data}/{L.VOCAB}/manifest.json"]
+    upstream = {str(r.id) for r in vocab.related if r.role == "asset"}
+    assert f"file://{data}/{L.SEGMENTS}/manifest.json" in upstream
+    assert f"file://{data}/{L.DOCUMENTS_CLEAN}/manifest.json" in by_key

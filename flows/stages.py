@@ -1,0 +1,61 @@
+"""Groups of stage tasks that several flows share (called inside a flow, they add tasks to it).
+
+- :func:`corpus_stages`: import or crawl -> clean -> sentences -> segment -> vocab -> datasets -> report
+- :func:`model_stages`: pretraining data -> pretrain -> fine-tune on PolicySM-1
+- :func:`index_stages`: index refresh -> retrieval evaluation
+
+Every stage task is declared as materializing its outputs (``file://`` asset keys under the data dir),
+so each run emits asset events with their upstream assets.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from flows.profiles import PipelineConfig
+from storage import layout as L
+from tasks import stages as T
+from tasks.assets import materializing as M
+
+
+def _sibling(path: str, name: str) -> str | None:
+    p = Path(path).parent / name
+    return str(p) if p.is_file() else None
+
+
+def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: str | None = None,
+                  stopwords: str | None = None, registry: str | None = None, refresh: bool = False) -> dict:
+    """Text stages; ``input`` is a CSV export or ``"crawl"``. Returns the stage futures/results by name."""
+    r: dict = {}
+    if input == "crawl":
+        r["import"] = M(T.crawl_documents, data_dir, L.DOCUMENTS)(data_dir, registry, refresh)
+    else:
+        sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
+        stopwords = stopwords or _sibling(input, "stopwords.txt")
+        r["import"] = M(T.import_documents, data_dir, L.DOCUMENTS)(data_dir, str(Path(input).resolve()), sources_csv)
+    r["clean"] = M(T.clean, data_dir, L.DOCUMENTS_CLEAN, L.REJECTS)(data_dir, cfg.clean, wait_for=[r["import"]])
+    r["sentences"] = M(T.sentences, data_dir, L.SENTENCES)(data_dir, cfg.sentences, wait_for=[r["clean"]])
+    r["segment"] = M(T.segment, data_dir, L.SEGMENTS)(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
+    r["vocab"] = M(T.vocab, data_dir, L.VOCAB)(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
+    r["datasets"] = M(T.datasets, data_dir, L.POLICYSM1, L.POLICYSM2)(data_dir, cfg.pairs, wait_for=[r["sentences"]])
+    r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
+    return r
+
+
+def model_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = None,
+                 char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
+    """Pretraining data, pretraining and fine-tuning on PolicySM-1 (reads the text stages' outputs)."""
+    r: dict = {}
+    r["pretrain_data"] = M(T.pretrain_data, data_dir, L.TOKENIZER, f"{L.PRETRAIN}/epoch=0")(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone,
+                                         wait_for=upstream or [])
+    r["pretrain"] = M(T.pretrain, data_dir, L.PRETRAINED_MODEL)(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL,
+                               char_backbone, word_backbone, wait_for=[r["pretrain_data"]])
+    r["finetune"] = M(T.finetune, data_dir, L.FINETUNED_MODEL)(data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], *(upstream or [])])
+    return r
+
+
+def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = None) -> dict:
+    """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
+    r: dict = {}
+    r["index"] = M(T.index, data_dir, L.INDEX)(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size, wait_for=upstream or [])
+    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir, L.RETRIEVAL_EVAL)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
+    return r

@@ -1,0 +1,62 @@
+"""Stage outputs as Prefect assets (lineage in the UI's event feed).
+
+Asset keys are ``file://`` URIs of the output's manifest (or folder) under the run's data dir, so
+they are known only at run time: :func:`materializing` re-declares a stage task as a
+``MaterializingTask`` of that key; upstream assets follow from the tasks it waits for. Inside the
+task, :func:`describe_outputs` attaches rows, fingerprint and shard sha256s from the manifest.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from prefect import Task
+from prefect.tasks import MaterializingTask
+
+from storage import MANIFEST_NAME, path_fingerprint
+
+
+def asset_key(data_dir: str, rel: str) -> str:
+    """``file://`` URI of an output's manifest (tables) or folder (checkpoints, index)."""
+    p = (Path(data_dir) / rel).resolve()
+    # Prefect asset keys allow no '%': the path goes in unencoded (data dirs with spaces are not supported)
+    return f"file://{p.as_posix()}" + (f"/{MANIFEST_NAME}" if not rel.startswith(("models/", "index", "tokenizer")) else "")
+
+
+def materializing(task: Task, data_dir: str, *rels: str) -> Task:
+    """``task`` with the same options, materializing the assets of ``rels`` under ``data_dir``.
+
+    Where a path makes no valid asset key (Prefect forbids spaces and ``%`` in keys), the task is
+    returned unchanged: the run goes on, and the lineage artifact still records the outputs.
+    """
+    from prefect.assets import Asset
+
+    try:
+        assets = [Asset(key=asset_key(data_dir, r)) for r in rels]
+    except ValueError:
+        return task
+    return MaterializingTask(fn=task.fn, assets=assets, name=task.name,
+                             tags=task.tags, retries=task.retries, retry_delay_seconds=task.retry_delay_seconds,
+                             cache_key_fn=task.cache_key_fn, persist_result=task.persist_result,
+                             result_serializer=task.result_serializer)
+
+
+def describe_outputs() -> None:
+    """Add rows, fingerprint and shard sha256s to every asset the running task materializes."""
+    from prefect.assets import add_asset_metadata
+    from prefect.context import AssetContext
+
+    ctx = AssetContext.get()
+    if ctx is None:
+        return
+    for asset in ctx.downstream_assets:
+        path = Path(urlsplit(asset.key).path)
+        folder = path.parent if path.name == MANIFEST_NAME else path
+        meta: dict = {"fingerprint": path_fingerprint(folder)}
+        if (folder / MANIFEST_NAME).is_file():
+            m = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+            if "shards" in m:
+                meta.update(rows=m["rows"], code_version=m.get("code_version"),
+                            shards={s["path"]: s["sha256"] for s in m["shards"]})
+        add_asset_metadata(asset.key, meta)

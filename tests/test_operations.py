@@ -1,0 +1,80 @@
+"""Operations: a real Prefect server on 127.0.0.1, a process worker, the deployments of prefect.yaml,
+and `prefect deployment run` of the whole pipeline on the 5-document slice."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+import yaml
+
+from storage import layout as L
+from storage import read_table
+from tests.conftest import REPO
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_prefect_yaml_deployments():
+    doc = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    deps = {d["name"]: d for d in doc["deployments"]}
+    assert set(deps) == {"daily-corpus-refresh", "weekly-model-rebuild", "index-refresh", "full-pipeline"}
+    for d in deps.values():
+        assert d["work_pool"]["name"] == "policybert-process"
+        for s in d["schedules"]:
+            assert s["timezone"] == "Asia/Shanghai" and len(s["cron"].split()) == 5
+        path, func = d["entrypoint"].split(":")
+        assert f"def {func}(" in (REPO / path).read_text()
+    pull = json.dumps(doc["pull"])
+    assert "{{ $POLICYBERT_REPO }}" in pull and str(REPO) not in pull
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect-server")
+    env = {**os.environ, "POLICYBERT_PREFECT_HOME": str(home), "PREFECT_PORT": str(_free_port()),
+           "PREFECT_BIN": str(REPO / ".venv" / "bin" / "prefect") if (REPO / ".venv" / "bin" / "prefect").exists()
+           else shutil.which("prefect") or "prefect"}
+    for k in ("PREFECT_API_URL", "PREFECT_HOME"):
+        env.pop(k, None)
+    script = str(REPO / "scripts" / "prefect-local.sh")
+    start = subprocess.run([script, "server"], env=env, capture_output=True, text=True, timeout=180)
+    if start.returncode != 0:
+        pytest.skip(f"Prefect server could not start here: {start.stderr.strip()[-500:]}")
+    try:
+        yield script, env
+    finally:
+        subprocess.run([script, "stop"], env=env, timeout=60)
+
+
+def test_deployment_run_completes_against_a_local_server(server, real_slice, tmp_path):
+    script, env = server
+    dep = subprocess.run([script, "deploy"], env=env, capture_output=True, text=True, timeout=300)
+    assert dep.returncode == 0, dep.stdout[-3000:] + dep.stderr[-3000:]
+    data = tmp_path / "data"
+    run = subprocess.run([script, "run", "policy-pipeline/full-pipeline", "--param", f"input={real_slice}",
+                          "--param", f"data_dir={data}", "--param", "profile=tiny"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    worker = subprocess.run([script, "worker", "--run-once"], env=env, capture_output=True, text=True, timeout=600)
+    log = worker.stdout + worker.stderr
+    assert worker.returncode == 0, log[-4000:]
+    assert "Completed" in log, log[-4000:]
+    assert len(read_table(data / L.DOCUMENTS)) == 5 and (data / L.INDEX / "CURRENT").is_file()
+    assert (data / L.LINEAGE).read_text(encoding="utf-8").startswith("# Lineage")
+    # the deployments carry their schedules, parameter schema and an unfrozen pull step
+    prefect_bin = env["PREFECT_BIN"]
+    ins_env = {**env, "PREFECT_API_URL": f"http://127.0.0.1:{env['PREFECT_PORT']}/api"}
+    ins = subprocess.run([prefect_bin, "deployment", "inspect", "corpus-refresh/daily-corpus-refresh", "-o", "json"],
+                         env=ins_env, capture_output=True, text=True, timeout=120)
+    assert ins.returncode == 0, ins.stderr[-2000:]
+    d = json.loads(ins.stdout)
+    sched = d["schedules"][0]["schedule"]
+    assert sched["cron"] == "0 2 * * *" and sched["timezone"] == "Asia/Shanghai"
+    assert {"data_dir", "input", "profile", "refresh"} <= set(d["parameter_openapi_schema"]["properties"])
+    assert "{{ $POLICYBERT_REPO }}" in json.dumps(d["pull_steps"])
