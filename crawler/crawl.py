@@ -47,19 +47,25 @@ def _links(body: bytes, base: str, pattern: str | None, limit: int) -> list[str]
     return out[:limit]
 
 
-def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: CrawlConfig = CrawlConfig()) -> dict:
+def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: CrawlConfig = CrawlConfig(),
+          on_progress=None, before_request=None) -> dict:
     """Fetch every seed and listing-discovered URL of ``sources`` into ``archive`` and ``state``.
+
+    ``on_progress(done, total)`` is called after every URL; ``before_request(netloc)`` before every
+    request (see :class:`~crawler.fetch.Fetcher`).
 
     Returns counts: fetched, not_modified, skipped (already done), failed by reason, seconds per host.
     """
-    fetcher = Fetcher({h for s in sources for h in s.hosts}, cfg.fetch)
+    fetcher = Fetcher({h for s in sources for h in s.hosts}, cfg.fetch, before_request)
     by_host: dict[str, list[tuple[str, Source, bool]]] = defaultdict(list)
     for s in sources:
         for u in s.listings:
             by_host[urlsplit(u).netloc].append((u, s, True))
         for u in s.seeds:
             by_host[urlsplit(u).netloc].append((u, s, False))
-    counts: dict = {"fetched": 0, "not_modified": 0, "skipped": 0, "failed": defaultdict(int), "discovered": 0}
+    counts: dict = {"fetched": 0, "not_modified": 0, "skipped": 0, "failed": defaultdict(int), "discovered": 0,
+                    "done": 0}
+    total = [sum(len(q) for q in by_host.values())]
     lock = threading.Lock()
 
     def count(key: str, n: int = 1, reason: str | None = None) -> None:
@@ -73,6 +79,9 @@ def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: Cr
         seen = set()
         while queue:
             url, src, is_listing = queue.pop(0)
+            count("done")
+            if on_progress is not None:
+                on_progress(counts["done"], total[0])
             if url in seen:
                 continue
             seen.add(url)
@@ -97,6 +106,8 @@ def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: Cr
                 if is_listing:
                     links = _links(res.body, res.final_url, src.link_pattern, cfg.max_links_per_listing)
                     count("discovered", len(links))
+                    with lock:
+                        total[0] += len(links)
                     queue.extend((u, src, False) for u in links)
             else:
                 count("failed", reason=res.error)

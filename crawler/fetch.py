@@ -97,11 +97,14 @@ class Fetcher:
 
     Args:
         hosts: host names (or ``host:port``) that may be fetched, redirects included.
+        before_request: optional ``f(netloc)`` called before every request (e.g. an orchestrator's
+            rate limit for that host); it may block.
     """
 
-    def __init__(self, hosts, cfg: FetchConfig = FetchConfig()):
+    def __init__(self, hosts, cfg: FetchConfig = FetchConfig(), before_request=None):
         self.allowed = set(hosts)
         self.cfg = cfg
+        self.before_request = before_request
         self._hosts: dict[str, _Host] = {}
         self._hosts_lock = threading.Lock()
 
@@ -118,6 +121,8 @@ class Fetcher:
     def _request(self, host: _Host, url: str, headers: dict) -> requests.Response:
         """One polite request (holding the host lock, waiting for the host's delay)."""
         with host.lock:
+            if self.before_request is not None:
+                self.before_request(urlsplit(url).netloc)
             wait = host.next_time - time.monotonic()
             if wait > 0:
                 time.sleep(wait)

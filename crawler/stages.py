@@ -12,7 +12,7 @@ from storage import code_version, file_sha256, write_table
 
 
 def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.PathLike = DEFAULT_REGISTRY,
-                cfg: CrawlConfig = CrawlConfig()) -> dict:
+                cfg: CrawlConfig = CrawlConfig(), on_progress=None, before_request=None) -> dict:
     """Crawl the registry's sources into ``crawl_root`` (archive ``raw/``, ``state.sqlite``,
     ``raw_index.parquet``), then extract offline into the ``documents`` table; fetch and extraction
     failures go to ``crawl_failures`` with their reasons. Nothing partial reaches ``documents``."""
@@ -20,7 +20,7 @@ def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.Path
     root = Path(crawl_root)
     state, archive = CrawlState(root / "state.sqlite"), RawArchive(root)
     try:
-        counts = crawl(sources, state, archive, cfg)
+        counts = crawl(sources, state, archive, cfg, on_progress, before_request)
         docs, fails = documents_from_archive(sources, state, archive)
         state.frame().to_parquet(root / "raw_index.parquet", index=False)
     finally:

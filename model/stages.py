@@ -86,7 +86,8 @@ def _state_dir(out_dir) -> Path:
 
 def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwargs: dict, cfg: TrainConfig,
                    epochs: int, max_eval_examples: int = 2000, char_backbone: str | None = None,
-                   word_backbone: str | None = None, log_fn: Callable[[str], None] = print) -> dict:
+                   word_backbone: str | None = None, log_fn: Callable[[str], None] = print,
+                   on_step: Callable[[int, int], None] | None = None) -> dict:
     """Pretrain PolicyBERT (MLM + NSP) on ``pretrain/epoch=*/split=train`` (epoch e uses the data
     of epoch ``e % epochs``), from scratch or initialised from local backbones (char: a BERT dir such
     as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``.
@@ -121,7 +122,7 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
         return cache[k]
 
     run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
-                state_dir=_state_dir(out_dir))
+                state_dir=_state_dir(out_dir), on_step=on_step)
     held = read_table(Path(pretrain_root) / "epoch=0")
     held = held[held["split"] != "train"]
     if len(held) > max_eval_examples:
@@ -156,7 +157,8 @@ def encode_pairs(pairs: pd.DataFrame, enc: CharEncoder, matcher: WordMatcher, ma
 
 
 def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_len: int = 128,
-                   max_eval_examples: int | None = None, log_fn: Callable[[str], None] = print) -> dict:
+                   max_eval_examples: int | None = None, log_fn: Callable[[str], None] = print,
+                   on_step: Callable[[int, int], None] | None = None) -> dict:
     """Fine-tune ``[CLS] -> Dropout -> Linear(2)`` on a PolicySM dataset; keep the best epoch by dev
     accuracy; report accuracy and F1 on dev and test; save to ``out_dir`` atomically."""
     enc, matcher = load_inputs(pretrained_dir)
@@ -179,7 +181,8 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
     for r in range(cfg.epochs if not cfg.max_steps else 1):
         # one round = one epoch (or max_steps), its own resumable state; the best round by dev wins
         per_round = TrainConfig(**{**asdict(cfg), "epochs": 1, "seed": cfg.seed + r})
-        runs.append(train(model, data["train"], fn, per_round, log_fn, state_dir=_state_dir(out_dir) / f"round{r}"))
+        runs.append(train(model, data["train"], fn, per_round, log_fn, state_dir=_state_dir(out_dir) / f"round{r}",
+                          on_step=on_step))
         dev = evaluate_classifier(model, data["dev"], fn, cfg)
         runs[-1]["dev_accuracy"] = dev["accuracy"]
         if dev["accuracy"] > best:

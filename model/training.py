@@ -109,14 +109,14 @@ def _load_state(state_dir: Path, model, opt, sched) -> dict | None:
 
 
 def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg: TrainConfig, log: Log = print,
-          state_dir: str | os.PathLike | None = None, on_step: Callable[[int], None] | None = None) -> dict:
+          state_dir: str | os.PathLike | None = None, on_step: Callable[[int, int], None] | None = None) -> dict:
     """Optimise ``model`` on ``examples`` and return run stats.
 
     Args:
         examples: example dicts understood by ``collate_fn``, or ``epoch -> examples`` (e.g. a new
             masking per pretraining epoch).
         state_dir: where training checkpoints go (``cfg.save_every``); resumes from one found there.
-        on_step: called with the step number after every optimiser step (progress, tests).
+        on_step: called as ``on_step(step, total_steps)`` after every optimiser step (progress, tests).
 
     Returns:
         dict: steps, epochs_run, final_loss (mean of the last ``log_every`` steps), seconds,
@@ -182,7 +182,7 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
                 if acc.is_main_process:
                     _save_state(Path(state_dir), unwrapped, opt, sched, pos)
             if on_step is not None:
-                on_step(pos["step"])
+                on_step(pos["step"], total)
             if pos["step"] >= total:
                 break
         else:

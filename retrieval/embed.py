@@ -5,7 +5,7 @@ is the char-count-weighted mean of the windows' mean char states, then L2-normal
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -16,8 +16,11 @@ from model.training import autocast, resolve_device
 
 @torch.no_grad()
 def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
-                max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13) -> np.ndarray:
+                max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13,
+                on_progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """Embed texts with a ``PolicyBertModel``.
+
+    ``on_progress(windows_done, windows_total)`` is called after every batch.
 
     Returns:
         float32 array (len(texts), hidden), rows L2-normalised (a text with no chars -> zeros).
@@ -52,6 +55,8 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
         for row, j in enumerate(idx):
             sums[owner[j]] += summed[row]
             counts[owner[j]] += n[row]
+        if on_progress is not None:
+            on_progress(min(i + batch_size, len(order)), len(order))
     vecs = sums / np.maximum(counts, 1)[:, None]
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return (vecs / np.where(norms == 0, 1, norms)).astype(np.float32)

@@ -27,8 +27,8 @@ class Encoder:
     Call with a list of texts -> float32 array (n, hidden).
     """
 
-    def __init__(self, model, enc, matcher, batch_size: int = 64, device: str = "auto"):
-        self.model, self.enc, self.matcher = model, enc, matcher
+    def __init__(self, model, enc, matcher, batch_size: int = 64, device: str = "auto", on_progress=None):
+        self.model, self.enc, self.matcher, self.on_progress = model, enc, matcher, on_progress
         self.batch_size, self.device = batch_size, device
         self.max_len = min(128, self.model.config.max_position_embeddings)
 
@@ -50,18 +50,21 @@ class Encoder:
 
     def __call__(self, texts: list[str]) -> np.ndarray:
         return embed_texts(self.model, self.enc, self.matcher, texts, max_len=self.max_len,
-                           max_words=self.model.config.max_words, batch_size=self.batch_size, device=self.device)
+                           max_words=self.model.config.max_words, batch_size=self.batch_size, device=self.device,
+                           on_progress=self.on_progress)
 
 
 def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
-                batch_size: int = 64, device: str = "auto") -> dict:
+                batch_size: int = 64, device: str = "auto", on_progress=None) -> dict:
     """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks."""
     docs = read_table(clean_dir, ["doc_id", "text", "title", "source", "url"])
     chunks = build_chunks(docs, cfg)
     manifest = {"config": asdict(cfg), "code_version": code_version(RETRIEVAL_PACKAGES),
                 "model_dir": os.path.relpath(Path(ckpt_dir).resolve(), Path(index_root).resolve()),
                 "metric": "inner_product", "inputs": {"documents_clean": manifest_fingerprint(clean_dir)}}
-    stats = refresh_index(index_root, chunks, Encoder.from_checkpoint(ckpt_dir, batch_size, device), model_id(ckpt_dir),
+    encoder = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+    encoder.on_progress = on_progress
+    stats = refresh_index(index_root, chunks, encoder, model_id(ckpt_dir),
                           index_cfg, manifest)
     return {**stats, "chunks": int(len(chunks)), "documents": int(chunks["doc_id"].nunique())}
 

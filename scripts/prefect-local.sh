@@ -16,6 +16,7 @@ PORT="${PREFECT_PORT:-4200}"
 export PREFECT_API_URL="http://127.0.0.1:${PORT}/api"
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 PREFECT="${PREFECT_BIN:-.venv/bin/prefect}"
+PY="$(dirname "$PREFECT")/python"
 GPUS="${POLICYBERT_GPUS:-$(command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L | wc -l || echo 1)}"
 mkdir -p "$PREFECT_HOME"
 
@@ -40,10 +41,8 @@ case "${1:-}" in
     ;;
   deploy)
     "$PREFECT" work-pool create policybert-process --type process --overwrite >/dev/null
-    # GPU work never shares a GPU: tasks tagged `gpu` (training, embedding) run one per GPU
-    "$PREFECT" concurrency-limit create gpu "$GPUS" >/dev/null
-    # politeness in the orchestrator too: at most one crawl task per source host at a time, 1 slot/s
-    "$PREFECT" global-concurrency-limit create crawl-host --limit 1 --slot-decay-per-second 1.0 >/dev/null 2>&1 || true
+    # `gpu` tag limit (= GPUs: training/embedding never share one) and a 1 request/s rate limit per crawl host
+    "$PY" -m tasks.limits --gpus "$GPUS"
     # deploy without POLICYBERT_REPO set, so the pull step keeps its {{ $POLICYBERT_REPO }} placeholder and the
     # worker resolves it at run time (prefect deploy would otherwise freeze this machine's path)
     env -u POLICYBERT_REPO "$PREFECT" --no-prompt deploy --all

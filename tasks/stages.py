@@ -24,6 +24,7 @@ from retrieval.index import IndexConfig
 from storage import layout as L
 from tasks.assets import describe_outputs
 from tasks.caching import content_cache_key, jsonable
+from tasks.progress import crawl_rate_limit, progress_artifact
 
 TEXT = ("corpus", "storage")
 MODEL = ("model", "storage")
@@ -53,7 +54,9 @@ def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = 
     from crawler.stages import crawl_stage
 
     out = crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
-                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh))
+                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
+                      on_progress=progress_artifact("crawl-progress", "URLs crawled"),
+                      before_request=crawl_rate_limit)
     describe_outputs()
     return out
 
@@ -123,7 +126,8 @@ def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, o
     """PolicyBERT pretraining (MLM + NSP) -> ``out`` with held-out metrics; resumable after a kill."""
     metrics = mstages.pretrain_stage(_p(data_dir, L.PRETRAIN), _p(data_dir, L.TOKENIZER), _p(data_dir, L.VOCAB),
                                      _p(data_dir, out), jsonable(model_kwargs), cfg, epochs,
-                                     char_backbone=char_backbone, word_backbone=word_backbone)
+                                     char_backbone=char_backbone, word_backbone=word_backbone,
+                                     on_step=progress_artifact("pretrain-progress", f"pretraining steps ({out})"))
     describe_outputs()
     return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
 
@@ -134,7 +138,8 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
              pretrained: str = L.PRETRAINED_MODEL, dataset: str = L.POLICYSM1, out: str = L.FINETUNED_MODEL) -> dict:
     """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out`` with dev/test accuracy and F1 (best round by dev)."""
     m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
-                               max_eval_examples=max_eval_examples)
+                               max_eval_examples=max_eval_examples,
+                               on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
     describe_outputs()
     return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
 
@@ -145,7 +150,8 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64) -> dict:
     """Chunks + embeddings + FAISS ``index/vN`` (switches ``index/CURRENT``); only new/changed chunks embedded."""
     out = rstages.index_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
-                               _p(data_dir, L.INDEX), cfg, index_cfg, batch_size)
+                               _p(data_dir, L.INDEX), cfg, index_cfg, batch_size,
+                               on_progress=progress_artifact("embedding-progress", "chunk windows embedded"))
     describe_outputs()
     return out
 

@@ -3,8 +3,11 @@ and a 5-document slice of the real corpus (../shared/corpus)."""
 from __future__ import annotations
 
 import csv
+import os
 import sys
 from pathlib import Path
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # before prefect loads: no telemetry writes
 
 import pytest
 

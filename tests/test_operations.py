@@ -78,3 +78,10 @@ def test_deployment_run_completes_against_a_local_server(server, real_slice, tmp
     assert sched["cron"] == "0 2 * * *" and sched["timezone"] == "Asia/Shanghai"
     assert {"data_dir", "input", "profile", "refresh"} <= set(d["parameter_openapi_schema"]["properties"])
     assert "{{ $POLICYBERT_REPO }}" in json.dumps(d["pull_steps"])
+    # orchestrator limits created by the deploy script
+    gpu = subprocess.run([prefect_bin, "concurrency-limit", "inspect", "gpu"], env=ins_env, capture_output=True,
+                         text=True, timeout=60)
+    assert gpu.returncode == 0 and "gpu" in gpu.stdout
+    gcl = subprocess.run([prefect_bin, "global-concurrency-limit", "inspect", "crawl-www.gov.cn"], env=ins_env,
+                         capture_output=True, text=True, timeout=60)
+    assert gcl.returncode == 0, gcl.stdout + gcl.stderr

@@ -42,7 +42,7 @@ def test_resume_after_kill_gives_the_same_weights(tmp_path):
     r0 = train(straight, data, fn, cfg, log=lambda s: None)
     assert r0["steps"] == 9  # 3 epochs x ceil(5 batches / 2)
 
-    def kill_at_5(step):
+    def kill_at_5(step, total):
         if step == 5:
             raise Kill()
 
