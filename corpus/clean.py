@@ -72,11 +72,15 @@ def remove_table_residue(text: str) -> tuple[str, int]:
     return text, n + m
 
 
-_FOOTER = re.compile(r"第\s*\d+\s*页(?:\s*[,，/]?\s*共\s*\d+\s*页)?|共\s*\d+\s*页|(?<![A-Za-z0-9\-—–])[-—–]\s*\d{1,3}\s*[-—–](?![A-Za-z0-9\-—–])")
+_FOOTER = re.compile(r"第\s*\d+\s*页\s*[,，/]?\s*共\s*\d+\s*页"         # 第 3 页 共 10 页
+                     r"|(?:^|(?<=\n)|(?<=\s))第\s*\d+\s*页(?=\s|$)"      # 第 3 页 standing alone
+                     r"|(?<![A-Za-z0-9\-—–])[-—–]\s*\d{1,3}\s*[-—–](?![A-Za-z0-9\-—–])", re.M)  # - 3 -
 
 
 def remove_page_footers(text: str) -> tuple[str, int]:
-    """Remove page numbering: ``第 x 页``, ``第 x 页 共 y 页``, ``- 3 -``, ``— 3 —``."""
+    """Remove page numbering: ``第 x 页 共 y 页``, a ``第 x 页`` standing alone, ``- 3 -``, ``— 3 —``.
+
+    A ``第 x 页`` inside a sentence (a citation such as ``出版社，第71页。``) is kept."""
     return _sub(_FOOTER, "", text)
 
 
@@ -96,22 +100,34 @@ def remove_reference_marks(text: str) -> tuple[str, int]:
     return _sub(_REF_MARK, "", text)
 
 
-_HALF_TO_FULL = {":": "：", ",": "，", ";": "；", "?": "？", "!": "！", "(": "（", ")": "）"}
-_HALF_BEFORE = re.compile(f"(?<={_CJK_CTX})\\s*([:,;?!()])(?!\\d)")
-_HALF_AFTER = re.compile(f"([:,;?!()])\\s*(?={_CJK_CTX})")
+_HALF_TO_FULL = {":": "：", ",": "，", ";": "；", "?": "？", "!": "！"}
+_HALF_BEFORE = re.compile(f"(?<={_CJK_CTX})\\s*([:,;?!])(?!\\d)")
+_HALF_AFTER = re.compile(f"([:,;?!])\\s*(?={_CJK_CTX})")
+_PAREN = re.compile(r"\(([^()\n]{0,200})\)")
+_CJK_CTX_RE = re.compile(_CJK_CTX)
 
 
 def normalize_punctuation(text: str) -> tuple[str, int]:
-    """Half-width ``: , ; ? ! ( )`` next to Chinese text become full width (``，`` ``：`` …); ``1,000`` stays."""
-    n = 0
+    """Half-width ``: , ; ? !`` next to Chinese text become full width (``，`` ``：`` …); a ``( … )`` pair
+    becomes ``（ … ）`` as a pair when it holds or touches Chinese text; ``1,000`` and latin stay."""
+
+    pairs = [0]
+
+    def paren(m: re.Match) -> str:
+        before = m.string[m.start() - 1] if m.start() else ""
+        after = m.string[m.end()] if m.end() < len(m.string) else ""
+        if _CJK_CHAR.search(m.group(1)) or _CJK_CTX_RE.match(before or " ") or _CJK_CTX_RE.match(after or " "):
+            pairs[0] += 1
+            return f"（{m.group(1)}）"
+        return m.group(0)
 
     def repl(m: re.Match) -> str:
         return _HALF_TO_FULL[m.group(1)]
 
-    text, a = _HALF_BEFORE.subn(repl, text)
-    text, b = _HALF_AFTER.subn(repl, text)
-    n = a + b
-    return text, n
+    new = _PAREN.sub(paren, text)
+    new, a = _HALF_BEFORE.subn(repl, new)
+    new, b = _HALF_AFTER.subn(repl, new)
+    return new, pairs[0] + a + b
 
 
 _CJK_SPACE = re.compile(f"(?<={_CJK_CTX})[ ]+(?={_CJK_CTX})")

@@ -56,6 +56,7 @@ def test_import_errors(tmp_path):
     (C.remove_table_residue, "如下|名称|数量|单位|表格后", "如下表格后"),
     (C.remove_table_residue, "序号——名称——类型——数量。后文", "。后文"),
     (C.remove_page_footers, "正文第 3 页 共 10 页继续- 4 -完", "正文继续完"),
+    (C.remove_page_footers, "正文\n第 12 页\n继续", "正文\n\n继续"),
     (C.remove_reference_marks, "数据要素[1]很重要[图 2]，见文献(3)", "数据要素很重要，见文献"),
     (C.normalize_punctuation, "总体要求:加快发展,推进改革;是否?是!(试行)", "总体要求：加快发展，推进改革；是否？是！（试行）"),
     (C.remove_cjk_spaces, "数据 基础 制度  and   more", "数据基础制度 and more"),
@@ -64,6 +65,11 @@ def test_import_errors(tmp_path):
 def test_rules(rule, raw, expected):
     text, n = rule(raw)
     assert text == expected and n > 0
+
+
+def test_footer_rule_keeps_citation_pages():
+    text = "见《数字经济》，浙江人民出版社，第71页。"
+    assert C.remove_page_footers(text) == (text, 0)
 
 
 def test_punctuation_leaves_numbers_and_latin():
@@ -98,3 +104,9 @@ def test_clean_corpus_rejects_with_reasons():
     assert reasons == {"d1": "exact_duplicate", "d2": "empty", "d3": "non_chinese", "d4": "too_short"}
     assert out["doc_id"].tolist() == ["d0"] and stats["documents_out"] == 1
     assert set(out.columns) >= {"n_chars", "rules_applied"}
+
+
+def test_brackets_convert_as_pairs():
+    assert C.normalize_punctuation("白皮书(2023年)中国") == ("白皮书（2023年）中国", 1)
+    assert C.normalize_punctuation("科大讯飞(002230，买入)，建议")[0] == "科大讯飞（002230，买入），建议"
+    assert C.normalize_punctuation("f(x) and g(y)") == ("f(x) and g(y)", 0)
