@@ -4,7 +4,9 @@ usable from a notebook. Never imports prefect.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from corpus.sentences import SentenceConfig, build_sentences
 from corpus.vocab import VocabConfig, build_vocab, load_stopwords
 from crawler.csv_import import read_corpus_csv
 from storage import (
+    atomic_write_bytes,
     code_version,
     file_sha256,
     json_sha256,
@@ -77,38 +80,106 @@ def sentences_stage(clean_dir, out_dir, cfg: SentenceConfig) -> dict:
     return stats
 
 
-def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str | None = None,
-                  cache_root: str | os.PathLike | None = None) -> dict:
-    """``sentences`` -> ``segments`` (doc_id, sent_idx, words) with the backend recorded.
+def _cache_dir(cache_root, backend: str, model_id: str) -> Path | None:
+    return Path(cache_root) / json_sha256([backend, model_id])[:16] if cache_root else None
 
-    With ``cache_root``, words are cached per sentence sha256 in a table under
-    ``cache_root/<backend model id hash>/``, so a re-run segments only sentences it has not seen.
+
+def parts_dir(out_dir) -> Path:
+    """Where the partitions of a partitioned stage are staged before the merge: ``.<name>.parts`` beside it."""
+    out = Path(out_dir)
+    return out.parent / f".{out.name}.parts"
+
+
+def segment_part(sentences_dir, out_dir, part: int, n_parts: int, backend: str = "auto",
+                 user_dict: str | None = None, cache_root: str | os.PathLike | None = None) -> dict:
+    """Segment rows ``[part * n / n_parts, (part + 1) * n / n_parts)`` of ``sentences`` into a staged part
+    file (``parts_dir(out_dir)/part-NNNNN.parquet``); words of sentences in the segmentation cache are reused.
+
+    Parts can run in any order and in parallel (threads, processes, Dask workers); :func:`merge_segments`
+    assembles them in order, so the result does not depend on the scheduling.
     """
     sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"])
+    lo, hi = part * len(sents) // n_parts, (part + 1) * len(sents) // n_parts
+    sents = sents.iloc[lo:hi]
     seg = load_segmenter(backend, user_dict)
     keys = [text_sha256(t) for t in sents["text"]]
-    cache_dir = Path(cache_root) / json_sha256([seg.backend, seg.model_id])[:16] if cache_root else None
+    cache_dir = _cache_dir(cache_root, seg.backend, seg.model_id)
     cached: dict[str, list] = {}
     if cache_dir is not None and (cache_dir / "manifest.json").is_file():
         c = read_table(cache_dir)
         cached = dict(zip(c["sentence_sha256"], c["words"]))
     todo = sorted({k: t for k, t in zip(keys, sents["text"]) if k not in cached}.items())
     fresh = dict(zip([k for k, _ in todo], seg.segment([t for _, t in todo]))) if todo else {}
-    words = [list(cached[k]) if k in cached else fresh[k] for k in keys]
-    if cache_dir is not None and fresh:
-        merged = {**cached, **fresh}
+    part_df = pd.DataFrame({"doc_id": sents["doc_id"].to_numpy(), "sent_idx": sents["sent_idx"].to_numpy(),
+                            "words": [list(cached[k]) if k in cached else fresh[k] for k in keys],
+                            "sentence_sha256": keys, "fresh": [k in fresh for k in keys]})
+    folder = parts_dir(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"backend": seg.backend, "model_id": seg.model_id, "rows": len(part_df), "fresh": len(fresh)}
+    atomic_write_bytes(folder / f"part-{part:05d}.parquet", _parquet_bytes(part_df))
+    atomic_write_bytes(folder / f"part-{part:05d}.json", json.dumps(meta).encode())
+    return meta
+
+
+def merge_segments(sentences_dir, out_dir, n_parts: int, backend: str = "auto", user_dict: str | None = None,
+                   cache_root: str | os.PathLike | None = None) -> dict:
+    """Assemble the staged parts (in part order) into the ``segments`` table, add the newly segmented
+    sentences to the cache, and remove the staging folder. A part that is not staged (its task was a
+    cache hit of an earlier run, or did not finish) is segmented here.
+    """
+    folder = parts_dir(out_dir)
+    for i in range(n_parts):
+        if not (folder / f"part-{i:05d}.json").is_file():
+            segment_part(sentences_dir, out_dir, i, n_parts, backend, user_dict, cache_root)
+    metas = [json.loads((folder / f"part-{i:05d}.json").read_text()) for i in range(n_parts)]
+    parts = pd.concat([pd.read_parquet(folder / f"part-{i:05d}.parquet") for i in range(n_parts)], ignore_index=True)
+    seg_backend, model_id = metas[0]["backend"], metas[0]["model_id"]
+    cache_dir = _cache_dir(cache_root, seg_backend, model_id)
+    fresh = parts[parts["fresh"]]
+    if cache_dir is not None and len(fresh):
+        merged: dict[str, list] = {}
+        if (cache_dir / "manifest.json").is_file():
+            c = read_table(cache_dir)
+            merged = dict(zip(c["sentence_sha256"], c["words"]))
+        merged.update(zip(fresh["sentence_sha256"], fresh["words"]))
         write_table(pd.DataFrame({"sentence_sha256": list(merged), "words": [list(v) for v in merged.values()]}),
-                    cache_dir, name="segment_cache", config={"backend": seg.backend, "model_id": seg.model_id},
+                    cache_dir, name="segment_cache", config={"backend": seg_backend, "model_id": model_id},
                     code_version=code_version(TEXT_PACKAGES))
-    out = pd.DataFrame({"doc_id": sents["doc_id"], "sent_idx": sents["sent_idx"], "words": words})
-    stats = {"sentences": int(len(out)), "words": int(sum(map(len, words))), "backend": seg.backend,
-             "model_id": seg.model_id, "chars": int(sents["text"].str.len().sum()),
-             "segmented_now": len(fresh), "from_cache": int(len(keys) - sum(1 for k in keys if k in fresh))}
+    out = parts[["doc_id", "sent_idx"]].copy()
+    out["words"] = [list(w) for w in parts["words"]]
+    n_fresh = int(fresh["sentence_sha256"].nunique())
+    stats = {"sentences": int(len(out)), "words": int(sum(map(len, out["words"]))), "backend": seg_backend,
+             "model_id": model_id, "chars": int(sum(len("".join(w)) for w in out["words"])),
+             "segmented_now": n_fresh, "from_cache": int((~parts["fresh"]).sum()), "parts": n_parts}
     write_table(out, out_dir, name="segments", config={"backend": backend, "user_dict": user_dict,
-                                                       "resolved_backend": seg.backend, "model_id": seg.model_id},
+                                                       "resolved_backend": seg_backend, "model_id": model_id},
                 code_version=code_version(TEXT_PACKAGES), inputs={"sentences": manifest_fingerprint(sentences_dir)},
                 stats=stats)
+    shutil.rmtree(folder, ignore_errors=True)
     return stats
+
+
+def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str | None = None,
+                  cache_root: str | os.PathLike | None = None, n_parts: int = 1) -> dict:
+    """``sentences`` -> ``segments`` (doc_id, sent_idx, words) with the backend recorded, in one process:
+    :func:`segment_part` for each of ``n_parts`` parts, then :func:`merge_segments`.
+
+    With ``cache_root``, words are cached per sentence sha256 in a table under
+    ``cache_root/<backend model id hash>/``, so a re-run segments only sentences it has not seen.
+    """
+    for i in range(n_parts):
+        segment_part(sentences_dir, out_dir, i, n_parts, backend, user_dict, cache_root)
+    return merge_segments(sentences_dir, out_dir, n_parts, backend, user_dict, cache_root)
+
+
+def _parquet_bytes(df: pd.DataFrame) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buf, compression="zstd")
+    return buf.getvalue()
 
 
 def vocab_stage(segments_dir, out_dir, stopwords_path: str | None, cfg: VocabConfig) -> dict:

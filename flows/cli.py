@@ -25,6 +25,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--word-backbone", default=None, help="local ZEN checkpoint dir for the word encoder")
     p.add_argument("--registry", default=None, help="source registry for --input crawl (default crawler/sources.yaml)")
     p.add_argument("--refresh", action="store_true", help="with --input crawl: re-check fetched pages (conditional GET)")
+    p.add_argument("--task-runner", default="threads", choices=("threads", "dask"),
+                   help="where mapped stages run: threads (default) or Dask (prefect-dask)")
+    p.add_argument("--dask-address", default=None, help="an existing Dask scheduler, e.g. tcp://host:8786")
     return p
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.profiles import get_profile
+from flows.runners import task_runner
 from flows.stages import corpus_stages, index_stages, model_stages
 from flows.summary import build_summary, format_summary
 from storage import atomic_write_text
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = preflight("flows.pipeline", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    policy_pipeline(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords,
-                    args.char_backbone, args.word_backbone, args.registry, args.refresh)
+    flow_ = policy_pipeline.with_options(task_runner=task_runner(args.task_runner, args.dask_address))
+    flow_(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords, args.char_backbone,
+          args.word_backbone, args.registry, args.refresh)
     return 0
 
 

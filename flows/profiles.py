@@ -41,6 +41,7 @@ class PipelineConfig:
     clean: CleanConfig = CleanConfig()
     sentences: SentenceConfig = SentenceConfig()
     segmenter: str = "auto"
+    segment_parts: int = 2
     vocab: VocabConfig = VocabConfig()
     pairs: PairConfig = PairConfig()
     pretrain_data: PretrainDataConfig = PretrainDataConfig()
@@ -52,6 +53,7 @@ class PipelineConfig:
     chunks: ChunkConfig = ChunkConfig()
     index: IndexConfig = IndexConfig()
     embed_batch_size: int = 64
+    embed_parts: int = 2
     sample_query: str = "什么是数据基础制度体系？"
 
     def to_dict(self) -> dict:

@@ -2,7 +2,11 @@
 
 - :func:`corpus_stages`: import or crawl -> clean -> sentences -> segment -> vocab -> datasets -> report
 - :func:`model_stages`: pretraining data -> pretrain -> fine-tune on PolicySM-1
-- :func:`index_stages`: index refresh -> retrieval evaluation
+- :func:`index_stages`: index plan -> embedding mapped over parts -> publish -> retrieval evaluation
+
+Segmentation and embedding are mapped over partitions (``segment_parts``, ``embed_parts``) and run in
+parallel on the flow's task runner (threads by default, Dask workers with ``--dask``); the merge steps
+assemble the parts in order, so the outputs are the same whatever the runner.
 
 Every stage task is declared as materializing its outputs (``file://`` asset keys under the data dir),
 so each run emits asset events with their upstream assets.
@@ -10,6 +14,8 @@ so each run emits asset events with their upstream assets.
 from __future__ import annotations
 
 from pathlib import Path
+
+from prefect import unmapped
 
 from flows.profiles import PipelineConfig
 from storage import layout as L
@@ -34,7 +40,10 @@ def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: s
         r["import"] = M(T.import_documents, data_dir, L.DOCUMENTS)(data_dir, str(Path(input).resolve()), sources_csv)
     r["clean"] = M(T.clean, data_dir, L.DOCUMENTS_CLEAN, L.REJECTS)(data_dir, cfg.clean, wait_for=[r["import"]])
     r["sentences"] = M(T.sentences, data_dir, L.SENTENCES)(data_dir, cfg.sentences, wait_for=[r["clean"]])
-    r["segment"] = M(T.segment, data_dir, L.SEGMENTS)(data_dir, cfg.segmenter, wait_for=[r["sentences"]])
+    parts = T.segment_part.map(unmapped(data_dir), range(cfg.segment_parts), unmapped(cfg.segment_parts),
+                               unmapped(cfg.segmenter), wait_for=[r["sentences"]])
+    r["segment"] = M(T.segment, data_dir, L.SEGMENTS)(data_dir, cfg.segmenter, n_parts=cfg.segment_parts,
+                                                      wait_for=parts)
     r["vocab"] = M(T.vocab, data_dir, L.VOCAB)(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
     r["datasets"] = M(T.datasets, data_dir, L.POLICYSM1, L.POLICYSM2)(data_dir, cfg.pairs, wait_for=[r["sentences"]])
     r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
@@ -56,6 +65,10 @@ def model_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
 def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = None) -> dict:
     """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
     r: dict = {}
-    r["index"] = M(T.index, data_dir, L.INDEX)(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size, wait_for=upstream or [])
+    plan = T.index_plan(data_dir, cfg.chunks, cfg.index, wait_for=upstream or [])
+    parts = T.embed_part.map(unmapped(data_dir), range(cfg.embed_parts), unmapped(cfg.embed_parts),
+                             unmapped(cfg.embed_batch_size), wait_for=[plan])
+    r["index"] = M(T.index, data_dir, L.INDEX)(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size,
+                                               cfg.embed_parts, wait_for=parts)
     r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir, L.RETRIEVAL_EVAL)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
     return r

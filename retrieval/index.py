@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -119,46 +120,107 @@ def load_index(index_root: str | os.PathLike, version: str | None = None) -> tup
     return faiss.read_index(str(d / "index.faiss")), pd.read_parquet(d / "chunks.parquet"), manifest
 
 
-def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Callable[[list[str]], np.ndarray],
-                  model_id: str, cfg: IndexConfig = IndexConfig(), manifest: dict | None = None) -> dict:
-    """Publish the next index version for ``chunks`` (needs ``chunk_id`` and ``text``).
-
-    Vectors of chunk ids present in the serving version are reused when its ``model_id`` and
-    embedding dimension match; the rest are embedded with ``embed(texts) -> (n, dim)``.
-
-    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, seconds.
-    """
-    t0 = time.perf_counter()
-    root = Path(index_root)
+def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id: str, cfg: IndexConfig,
+                  staging: str | os.PathLike) -> dict:
+    """Plan a refresh into ``staging``: the chunks, which rows reuse a vector of the serving version
+    (same ``model_id`` and index config) and which must be embedded. Returns the plan (JSON-able)."""
+    root, staging = Path(index_root), Path(staging)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
     prev = current_version(root)
-    old: dict[int, np.ndarray] = {}
-    full = True
-    removed = 0
+    ids = chunks["chunk_id"].to_numpy(np.int64)
+    reuse_rows, reuse_vecs, full, removed = [], None, True, 0
     if prev is not None:
         pm = json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
         emb = root / prev / "embeddings.npy"
         if pm.get("model_id") == model_id and emb.is_file() and pm.get("index", {}) == asdict(cfg):
             full = False
             prev_ids = pd.read_parquet(root / prev / "chunks.parquet", columns=["chunk_id"])["chunk_id"].to_numpy()
+            where = {int(i): k for k, i in enumerate(prev_ids)}
             vecs = np.load(emb)
-            wanted = set(chunks["chunk_id"].tolist())
-            old = {int(i): v for i, v in zip(prev_ids, vecs) if int(i) in wanted}
-            removed = int(len(prev_ids) - len(old))
-    ids = chunks["chunk_id"].to_numpy(np.int64)
-    todo = [k for k, i in enumerate(ids) if int(i) not in old]
-    fresh = embed([chunks["text"].iloc[k] for k in todo]) if todo else None
-    dim = fresh.shape[1] if fresh is not None else len(next(iter(old.values())))
-    vectors = np.zeros((len(ids), dim), dtype=np.float32)
-    for n, k in enumerate(todo):
-        vectors[k] = fresh[n]
-    for k, i in enumerate(ids):
-        if int(i) in old:
-            vectors[k] = old[int(i)]
-    index = build_index(vectors, ids, cfg)
-    version = publish_index(root, index, chunks, {**(manifest or {}), "model_id": model_id, "index": asdict(cfg),
-                                                  "dim": int(dim)}, vectors)
-    return {"version": version, "previous": prev, "full_rebuild": full, "reused": len(old), "embedded": len(todo),
-            "removed": removed, "size": int(index.ntotal), "seconds": time.perf_counter() - t0}
+            reuse_rows = [k for k, i in enumerate(ids) if int(i) in where]
+            reuse_vecs = vecs[[where[int(ids[k])] for k in reuse_rows]] if reuse_rows else None
+            removed = int(len(prev_ids) - len(reuse_rows))
+    todo = [k for k in range(len(ids)) if k not in set(reuse_rows)]
+    pq.write_table(pa.Table.from_pandas(chunks, preserve_index=False), staging / "chunks.parquet", compression="zstd")
+    if reuse_vecs is not None:
+        np.save(staging / "reused.npy", reuse_vecs)
+    plan = {"previous": prev, "full_rebuild": full, "removed": removed, "reuse_rows": reuse_rows, "todo": todo,
+            "model_id": model_id, "index": asdict(cfg)}
+    (staging / "plan.json").write_text(json.dumps(plan))
+    return plan
+
+
+def embed_staged(staging: str | os.PathLike, embed: Callable[[list[str]], np.ndarray], part: int, n_parts: int) -> int:
+    """Embed part ``part`` of ``n_parts`` of the planned rows into ``staging/emb-NNNNN.npy``; returns rows embedded.
+
+    Parts may run in any order, in parallel; :func:`publish_staged` assembles them by row."""
+    staging = Path(staging)
+    plan = json.loads((staging / "plan.json").read_text())
+    todo = plan["todo"]
+    rows = todo[part * len(todo) // n_parts:(part + 1) * len(todo) // n_parts]
+    texts = pd.read_parquet(staging / "chunks.parquet", columns=["text"])["text"].iloc[rows].tolist()
+    vecs = embed(texts) if rows else np.zeros((0, 0), dtype=np.float32)
+    with atomic_path(staging / f"emb-{part:05d}.npz") as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, rows=np.asarray(rows, dtype=np.int64), vectors=vecs)
+    return len(rows)
+
+
+def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_parts: int,
+                   embed_factory: Callable[[], Callable[[list[str]], np.ndarray]], manifest: dict | None = None) -> dict:
+    """Assemble reused and embedded vectors (parts not staged are embedded here), build the index,
+    publish the next version and switch ``CURRENT``; the staging folder is removed.
+
+    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size."""
+    staging = Path(staging)
+    plan = json.loads((staging / "plan.json").read_text())
+    chunks = pd.read_parquet(staging / "chunks.parquet")
+    embed = None
+    for part in range(n_parts):
+        if not (staging / f"emb-{part:05d}.npz").is_file():
+            embed = embed or embed_factory()
+            embed_staged(staging, embed, part, n_parts)
+    blocks = [np.load(staging / f"emb-{p:05d}.npz") for p in range(n_parts)]
+    fresh = [(b["rows"], b["vectors"]) for b in blocks if len(b["rows"])]
+    dims = [v.shape[1] for _, v in fresh] + ([np.load(staging / "reused.npy").shape[1]] if plan["reuse_rows"] else [])
+    vectors = np.zeros((len(chunks), dims[0] if dims else 0), dtype=np.float32)
+    for rows, vecs in fresh:
+        vectors[rows] = vecs
+    if plan["reuse_rows"]:
+        vectors[plan["reuse_rows"]] = np.load(staging / "reused.npy")
+    cfg = IndexConfig(**plan["index"])
+    index = build_index(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
+    version = publish_index(index_root, index, chunks, {**(manifest or {}), "model_id": plan["model_id"],
+                                                        "index": plan["index"], "dim": int(vectors.shape[1])}, vectors)
+    shutil.rmtree(staging, ignore_errors=True)
+    return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
+            "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
+            "size": int(index.ntotal)}
+
+
+def staging_dir(index_root: str | os.PathLike) -> Path:
+    """Where a refresh is staged: ``index/.staging`` (never served)."""
+    return Path(index_root) / ".staging"
+
+
+def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Callable[[list[str]], np.ndarray],
+                  model_id: str, cfg: IndexConfig = IndexConfig(), manifest: dict | None = None,
+                  n_parts: int = 1) -> dict:
+    """Publish the next index version for ``chunks`` (needs ``chunk_id`` and ``text``), in one process:
+    :func:`stage_refresh`, :func:`embed_staged` per part, :func:`publish_staged`.
+
+    Vectors of chunk ids present in the serving version are reused when its ``model_id`` and index
+    config match; the rest are embedded with ``embed(texts) -> (n, dim)``.
+
+    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, seconds.
+    """
+    t0 = time.perf_counter()
+    staging = staging_dir(index_root)
+    stage_refresh(index_root, chunks, model_id, cfg, staging)
+    for part in range(n_parts):
+        embed_staged(staging, embed, part, n_parts)
+    stats = publish_staged(index_root, staging, n_parts, lambda: embed, manifest)
+    return {**stats, "seconds": time.perf_counter() - t0}
 
 
 def search(index: faiss.Index, chunks: pd.DataFrame, query_vecs: np.ndarray, k: int = 5,

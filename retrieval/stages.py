@@ -1,16 +1,18 @@
 """Index stage, search API and evaluation over storage (SPEC §7). Never imports prefect."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from model.stages import load_encoder
 from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.embed import embed_texts
-from retrieval.index import IndexConfig, load_index, refresh_index, search
+from retrieval.index import IndexConfig, embed_staged, load_index, publish_staged, search, stage_refresh, staging_dir
 from storage import code_version, file_sha256, manifest_fingerprint, read_table
 
 RETRIEVAL_PACKAGES = ("retrieval", "model", "storage")
@@ -54,19 +56,58 @@ class Encoder:
                            on_progress=self.on_progress)
 
 
-def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
-                batch_size: int = 64, device: str = "auto", on_progress=None) -> dict:
-    """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks."""
+def _inputs_key(clean_dir, ckpt_dir, cfg: ChunkConfig, index_cfg: IndexConfig) -> str:
+    from storage import json_sha256
+
+    return json_sha256([manifest_fingerprint(clean_dir), model_id(ckpt_dir), asdict(cfg), asdict(index_cfg)])
+
+
+def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig()) -> dict:
+    """Chunk ``documents_clean`` and stage a refresh plan (which chunks to embed) under ``index/.staging``."""
     docs = read_table(clean_dir, ["doc_id", "text", "title", "source", "url"])
     chunks = build_chunks(docs, cfg)
+    plan = stage_refresh(index_root, chunks, model_id(ckpt_dir), index_cfg, staging_dir(index_root))
+    plan_path = staging_dir(index_root) / "plan.json"
+    plan_path.write_text(json.dumps({**plan, "inputs_key": _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)}))
+    return {"chunks": int(len(chunks)), "to_embed": len(plan["todo"]), "reused": len(plan["reuse_rows"])}
+
+
+def index_embed_part_stage(ckpt_dir, index_root, part: int, n_parts: int, batch_size: int = 64,
+                           device: str = "auto", on_progress=None) -> int:
+    """Embed one of ``n_parts`` slices of the staged chunks (mapped over parts; GPU when present).
+    Without a staged plan it does nothing: the publish step plans and embeds what is missing."""
+    if not (staging_dir(index_root) / "plan.json").is_file():
+        return 0
+    encoder = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+    encoder.on_progress = on_progress
+    return embed_staged(staging_dir(index_root), encoder, part, n_parts)
+
+
+def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
+                        n_parts: int = 1, batch_size: int = 64, device: str = "auto") -> dict:
+    """Publish the staged refresh as ``index/vN`` (re-planning if the staging is missing or stale, embedding
+    any part that is not staged) and switch ``index/CURRENT``."""
+    plan_path = staging_dir(index_root) / "plan.json"
+    key = _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)
+    if not plan_path.is_file() or json.loads(plan_path.read_text()).get("inputs_key") != key:
+        index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg)
     manifest = {"config": asdict(cfg), "code_version": code_version(RETRIEVAL_PACKAGES),
                 "model_dir": os.path.relpath(Path(ckpt_dir).resolve(), Path(index_root).resolve()),
                 "metric": "inner_product", "inputs": {"documents_clean": manifest_fingerprint(clean_dir)}}
-    encoder = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
-    encoder.on_progress = on_progress
-    stats = refresh_index(index_root, chunks, encoder, model_id(ckpt_dir),
-                          index_cfg, manifest)
+    stats = publish_staged(index_root, staging_dir(index_root), n_parts,
+                           lambda: Encoder.from_checkpoint(ckpt_dir, batch_size, device), manifest)
+    chunks = pd.read_parquet(Path(index_root) / stats["version"] / "chunks.parquet", columns=["doc_id"])
     return {**stats, "chunks": int(len(chunks)), "documents": int(chunks["doc_id"].nunique())}
+
+
+def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
+                batch_size: int = 64, device: str = "auto", on_progress=None, n_parts: int = 1) -> dict:
+    """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks,
+    in one process (plan, every part, publish)."""
+    index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg)
+    for part in range(n_parts):
+        index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress)
+    return index_publish_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device)
 
 
 class Retriever:

@@ -77,11 +77,19 @@ def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
     return out
 
 
+@task(name="segment-part", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
+      **CACHED)
+def segment_part(data_dir: str, part: int, n_parts: int, backend: str = "auto", user_dict: str | None = None) -> dict:
+    """Segment one of ``n_parts`` row ranges of ``sentences`` (mapped; runs on any task runner)."""
+    return text.segment_part(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), part, n_parts, backend, user_dict,
+                             cache_root=_p(data_dir, L.SEGMENT_CACHE))
+
+
 @task(name="segment", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
       **CACHED)
-def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None) -> dict:
-    """``sentences`` -> ``segments`` (HanLP; backend recorded)."""
-    out = text.segment_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), backend, user_dict,
+def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, n_parts: int = 1) -> dict:
+    """Merge the segmented parts into ``segments`` (HanLP; backend recorded); missing parts are segmented here."""
+    out = text.merge_segments(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), n_parts, backend, user_dict,
                               cache_root=_p(data_dir, L.SEGMENT_CACHE))
     describe_outputs()
     return out
@@ -144,14 +152,31 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
     return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
 
 
-@task(name="index", retries=1, retry_delay_seconds=10, tags=["gpu"],
-      cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL)),
+_INDEX_KEY = dict(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL))
+
+
+@task(name="index-plan", cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
+def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
+    """Chunk the cleaned corpus and stage which chunks need embedding (the rest reuse stored vectors)."""
+    return rstages.index_plan_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
+                                    _p(data_dir, L.INDEX), cfg, index_cfg)
+
+
+@task(name="embed-part", retries=1, retry_delay_seconds=10, tags=["gpu"],
+      cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
+def embed_part(data_dir: str, part: int, n_parts: int, batch_size: int = 64) -> int:
+    """Embed one slice of the staged chunks (mapped over parts)."""
+    return rstages.index_embed_part_stage(
+        _p(data_dir, L.FINETUNED_MODEL), _p(data_dir, L.INDEX), part, n_parts, batch_size,
+        on_progress=progress_artifact(f"embedding-progress-{part}", f"chunk windows embedded, part {part}"))
+
+
+@task(name="index", retries=1, retry_delay_seconds=10, tags=["gpu"], cache_key_fn=content_cache_key(**_INDEX_KEY),
       **CACHED)
-def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64) -> dict:
-    """Chunks + embeddings + FAISS ``index/vN`` (switches ``index/CURRENT``); only new/changed chunks embedded."""
-    out = rstages.index_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
-                               _p(data_dir, L.INDEX), cfg, index_cfg, batch_size,
-                               on_progress=progress_artifact("embedding-progress", "chunk windows embedded"))
+def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1) -> dict:
+    """Publish the staged refresh as ``index/vN`` and switch ``index/CURRENT`` (only new/changed chunks embedded)."""
+    out = rstages.index_publish_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
+                                      _p(data_dir, L.INDEX), cfg, index_cfg, n_parts, batch_size)
     describe_outputs()
     return out
 
