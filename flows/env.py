@@ -10,12 +10,14 @@ import os
 import sys
 from pathlib import Path
 
+from storage.layout import PREFECT_HOME
+
 MARK = "POLICYBERT_PREFECT_ENV"
 
 
 def prefect_env(data_dir: str | os.PathLike) -> dict[str, str]:
     """Variables that keep Prefect's home, SQLite database and task results under ``data_dir/.prefect``."""
-    home = Path(data_dir).resolve() / ".prefect"
+    home = Path(data_dir).resolve() / PREFECT_HOME
     return {
         "PREFECT_HOME": str(home),
         "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage"),
