@@ -131,7 +131,10 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
                         report["word_rows_from_zen"] += 1
                 report["word"].append(f"{name} ({report['word_rows_from_zen']} rows)")
     loaded = {n.split(" ")[0] for n in report["char"] + report["word"]}
-    loaded_ptrs = {target[n].data_ptr() for n in loaded}  # tied weights (MLM decoder = char embeddings)
+    # tied weights (the MLM decoder is the char embedding matrix) count as loaded with their source
+    tied = dict(getattr(model, "_tied_weights_keys", None) or {})
+    loaded |= {k for k, src in tied.items() if src in loaded}
+    loaded_ptrs = {target[n].data_ptr() for n in loaded if n in target}
     report["new"] = [k for k, v in target.items() if k not in loaded and v.data_ptr() not in loaded_ptrs
                      and not k.endswith(("position_ids", "token_type_ids"))]
     return report
