@@ -110,6 +110,7 @@ def test_init_from_bge_and_zen_backbones(tmp_path):
     assert any(n.startswith("bert.encoder.fusion.0.gate") for n in rep["new"])
     assert not any(n.startswith(("bert.encoder.layer.", "bert.embeddings.")) for n in rep["new"])
     assert "cls.predictions.decoder.weight" not in rep["new"]  # tied to the loaded char embeddings
+    assert torch.equal(model.cls.predictions.decoder.weight, bert.embeddings.word_embeddings.weight)
     assert torch.all(model.bert.encoder.fusion[0].gate.bias == 5.0)  # new fusion keeps its open gate
 
 
