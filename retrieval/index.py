@@ -141,7 +141,8 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
             reuse_rows = [k for k, i in enumerate(ids) if int(i) in where]
             reuse_vecs = vecs[[where[int(ids[k])] for k in reuse_rows]] if reuse_rows else None
             removed = int(len(prev_ids) - len(reuse_rows))
-    todo = [k for k in range(len(ids)) if k not in set(reuse_rows)]
+    reused = set(reuse_rows)
+    todo = [k for k in range(len(ids)) if k not in reused]
     pq.write_table(pa.Table.from_pandas(chunks, preserve_index=False), staging / "chunks.parquet", compression="zstd")
     if reuse_vecs is not None:
         np.save(staging / "reused.npy", reuse_vecs)
@@ -182,12 +183,13 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
             embed_staged(staging, embed, part, n_parts)
     blocks = [np.load(staging / f"emb-{p:05d}.npz") for p in range(n_parts)]
     fresh = [(b["rows"], b["vectors"]) for b in blocks if len(b["rows"])]
-    dims = [v.shape[1] for _, v in fresh] + ([np.load(staging / "reused.npy").shape[1]] if plan["reuse_rows"] else [])
+    reused = np.load(staging / "reused.npy") if plan["reuse_rows"] else None
+    dims = [v.shape[1] for _, v in fresh] + ([reused.shape[1]] if reused is not None else [])
     vectors = np.zeros((len(chunks), dims[0] if dims else 0), dtype=np.float32)
     for rows, vecs in fresh:
         vectors[rows] = vecs
-    if plan["reuse_rows"]:
-        vectors[plan["reuse_rows"]] = np.load(staging / "reused.npy")
+    if reused is not None:
+        vectors[plan["reuse_rows"]] = reused
     cfg = IndexConfig(**plan["index"])
     index = build_index(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
     version = publish_index(index_root, index, chunks, {**(manifest or {}), "model_id": plan["model_id"],

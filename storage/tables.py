@@ -15,6 +15,7 @@ never by globbing.
 from __future__ import annotations
 
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -120,7 +121,7 @@ def write_table(
             "code_version": code_version,
             "inputs": dict(inputs or {}),
             "stats": dict(stats or {}),
-            "extra_files": {f: json_sha256(b.hex()) for f, b in (extra_files or {}).items()},
+            "extra_files": {f: hashlib.sha256(b).hexdigest() for f, b in (extra_files or {}).items()},
         }
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True,
                                                     default=str), encoding="utf-8")
