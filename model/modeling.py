@@ -231,6 +231,8 @@ class PolicyBertForPreTraining(PolicyBertPreTrainedModel):
         self.bert = PolicyBertModel(config)
         self.cls = BertPreTrainingHeads(config)
         self.post_init()
+        if config.tie_word_embeddings:  # tie explicitly: the generic tying was seen not to apply in some test orders
+            self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.cls.predictions.decoder
