@@ -5,6 +5,7 @@
 #   scripts/prefect-local.sh deploy            # work pool, concurrency limits, all deployments
 #   scripts/prefect-local.sh worker [--run-once]
 #   scripts/prefect-local.sh run 'policy-pipeline/full-pipeline' --param input=... --param data_dir=...
+#   scripts/prefect-local.sh ui-check --data-dir data   # headless Chromium: last pipeline run's graph -> data/ui/
 #   scripts/prefect-local.sh stop
 #
 # State lives in ${POLICYBERT_PREFECT_HOME:-.prefect-server} (database, logs, pid files).
@@ -34,7 +35,9 @@ case "${1:-}" in
     if [ -f "$PREFECT_HOME/server.pid" ] && kill -0 "$(cat "$PREFECT_HOME/server.pid")" 2>/dev/null; then
       echo "server already running (pid $(cat "$PREFECT_HOME/server.pid"))"
     else
-      PREFECT_API_URL= nohup "$PREFECT" server start --host 127.0.0.1 --port "$PORT" >"$PREFECT_HOME/server.log" 2>&1 &
+      # the UI asks the API at PREFECT_UI_API_URL, which otherwise defaults to port 4200 whatever --port says
+      PREFECT_API_URL= PREFECT_UI_API_URL="http://127.0.0.1:${PORT}/api" \
+        nohup "$PREFECT" server start --host 127.0.0.1 --port "$PORT" >"$PREFECT_HOME/server.log" 2>&1 &
       echo $! >"$PREFECT_HOME/server.pid"
     fi
     wait_healthy && echo "Prefect server at http://127.0.0.1:${PORT} (UI and API)"
@@ -55,9 +58,13 @@ case "${1:-}" in
     shift
     exec "$PREFECT" deployment run "$@"
     ;;
+  ui-check)
+    shift
+    exec "$PY" -m ops.ui_check --api-url "$PREFECT_API_URL" "$@"
+    ;;
   stop)
     if [ -f "$PREFECT_HOME/server.pid" ]; then kill "$(cat "$PREFECT_HOME/server.pid")" 2>/dev/null || true; rm -f "$PREFECT_HOME/server.pid"; fi
     ;;
   *)
-    sed -n 2,10p "$0"; exit 2 ;;
+    sed -n 2,11p "$0"; exit 2 ;;
 esac

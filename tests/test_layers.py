@@ -10,6 +10,7 @@ LIBRARY_MODULES = [
     "corpus.vocab", "corpus.pairs", "corpus.probe", "corpus.report", "corpus.stages", "model", "model.features",
     "model.pretrain_data", "model.training", "model.backbones", "model.stages", "retrieval.chunks",
     "retrieval.embed", "retrieval.index", "retrieval.evaluate", "retrieval.stages", "storage", "storage.lineage",
+    "ops.ui_check",
 ]
 
 

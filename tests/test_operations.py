@@ -85,3 +85,49 @@ def test_deployment_run_completes_against_a_local_server(server, real_slice, tmp
     gcl = subprocess.run([prefect_bin, "global-concurrency-limit", "inspect", "crawl-www.gov.cn"], env=ins_env,
                          capture_output=True, text=True, timeout=60)
     assert gcl.returncode == 0, gcl.stdout + gcl.stderr
+    _check_ui_shows_the_run(script, env, ins_env["PREFECT_API_URL"], data)
+
+
+def _check_ui_shows_the_run(script, env, api_url, data):
+    """Headless Chromium opens the run in the UI: the graph PNG is saved and every task run is on the page."""
+    import requests
+    from PIL import Image
+
+    ui = subprocess.run([script, "ui-check", "--data-dir", str(data)], env=env, capture_output=True, text=True,
+                        timeout=300)
+    assert ui.returncode == 0, ui.stdout[-3000:] + ui.stderr[-3000:]
+    run = requests.post(f"{api_url}/flow_runs/filter", json={"sort": "START_TIME_DESC", "limit": 1},
+                        timeout=30).json()[0]
+    names = [t["name"] for t in requests.post(f"{api_url}/task_runs/filter", json={
+        "flow_runs": {"id": {"any_": [run["id"]]}}, "limit": 200}, timeout=30).json()]
+    assert len(names) >= 15 and any(n.startswith("pretrain-") for n in names), names
+    report = json.loads((data / L.UI / f"flow-run-{run['name']}.json").read_text(encoding="utf-8"))
+    assert report["flow_run_id"] == run["id"] and report["missing"] == []
+    for name in names:  # the text the browser rendered from the Task Runs tab
+        assert name in report["page_text"], name
+    png = Image.open(data / L.UI / f"flow-run-{run['name']}.png")
+    assert png.format == "PNG" and png.size[0] >= 800 and png.size[1] >= 200
+    assert report["completed_bar_px"] > 1000  # the graph drew its (green) Completed task bars
+
+
+def test_completed_pixels_counts_state_green_only():
+    import io
+
+    from PIL import Image
+
+    from ops.ui_check import completed_pixels
+
+    img = Image.new("RGB", (100, 50), (30, 31, 36))  # the UI's dark background
+    img.paste((40, 160, 80), (10, 10, 40, 20))  # a Completed bar, 30 x 10 px
+    img.paste((200, 60, 60), (50, 10, 90, 20))  # a Failed bar
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    assert completed_pixels(buf.getvalue()) == 300
+
+
+def test_ui_check_names_an_unreachable_server(tmp_path, capsys):
+    from ops.ui_check import main
+
+    assert main(["--api-url", f"http://127.0.0.1:{_free_port()}/api", "--data-dir", str(tmp_path)]) == 2
+    assert "Prefect API unreachable" in capsys.readouterr().err
+    assert not (tmp_path / L.UI).exists()

@@ -1,0 +1,1 @@
+"""Operations helpers that talk to a running Prefect server over HTTP (no prefect import)."""
