@@ -194,10 +194,13 @@ def check_flow_run_page(cfg: UICheckConfig, data_dir: str | os.PathLike,
     from PIL import Image
 
     t0 = time.perf_counter()
-    run = (_post(cfg.api_url, "flow_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}}, cfg.timeout_s)
-           or [None])[0] if flow_run_id else latest_flow_run(cfg.api_url, cfg.flow_name, cfg.timeout_s)
-    if run is None:
-        raise UICheckError(f"no flow run {flow_run_id} on {cfg.api_url}")
+    if flow_run_id:
+        found = _post(cfg.api_url, "flow_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}}, cfg.timeout_s)
+        if not found:
+            raise UICheckError(f"no flow run {flow_run_id} on {cfg.api_url}")
+        run = found[0]
+    else:
+        run = latest_flow_run(cfg.api_url, cfg.flow_name, cfg.timeout_s)
     names = task_run_names(cfg.api_url, run["id"], cfg.timeout_s)
     url = f"{cfg.ui_url}/runs/flow-run/{run['id']}"
     png, text = _capture(cfg, url)
