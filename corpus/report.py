@@ -14,7 +14,8 @@ import pandas as pd
 from storage import atomic_path, read_manifest, read_table
 
 
-def _bar(series: pd.Series, title: str, path: Path, xlabel: str = "", horizontal: bool = False) -> None:
+def _axes():
+    """A (fig, ax) on the Agg backend, with a CJK font when one is installed (source names are Chinese)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,29 +25,30 @@ def _bar(series: pd.Series, title: str, path: Path, xlabel: str = "", horizontal
     cjk = [f.name for f in font_manager.fontManager.ttflist if any(k in f.name for k in ("CJK", "WenQuanYi", "Hei", "Song"))]
     if cjk:
         plt.rcParams["font.sans-serif"] = [cjk[0], "DejaVu Sans"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    (series.plot.barh if horizontal else series.plot.bar)(ax=ax, color="#4477aa")
+    return plt.subplots(figsize=(7, 4))
+
+
+def _save(fig, ax, title: str, xlabel: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _bar(series: pd.Series, title: str, path: Path, xlabel: str = "", horizontal: bool = False) -> None:
+    fig, ax = _axes()
+    (series.plot.barh if horizontal else series.plot.bar)(ax=ax, color="#4477aa")
+    _save(fig, ax, title, xlabel, path)
 
 
 def _hist(values: pd.Series, title: str, path: Path, xlabel: str, bins: int = 30) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = _axes()
     ax.hist(values, bins=bins, color="#4477aa")
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
     ax.set_ylabel("count")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _save(fig, ax, title, xlabel, path)
 
 
 def _md_table(df: pd.DataFrame) -> str:
@@ -93,7 +95,6 @@ def build_report(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dic
     per_source = clean["source"].value_counts().head(10)
     years = pd.to_datetime(clean["pubtime"], errors="coerce").dt.year.value_counts(dropna=False).sort_index()
     years.index = [str(int(y)) if pd.notna(y) else "unknown" for y in years.index]
-    files = {"sources.png": None, "years.png": None, "doc_lengths.png": None, "sentence_lengths.png": None}
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         _bar(per_source.iloc[::-1], "Documents per source (top 10)", tmp / "sources.png", "documents", horizontal=True)
@@ -122,4 +123,4 @@ def build_report(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dic
         ])
         (tmp / "report.md").write_text(md + "\n", encoding="utf-8")
     return {"markdown": md, "pairs": pairs.to_dict("records"), "probe": probe.to_dict("records"),
-            "files": ["report.md", *files]}
+            "files": ["report.md", "sources.png", "years.png", "doc_lengths.png", "sentence_lengths.png"]}

@@ -84,6 +84,14 @@ def _cache_dir(cache_root, backend: str, model_id: str) -> Path | None:
     return Path(cache_root) / json_sha256([backend, model_id])[:16] if cache_root else None
 
 
+def _read_cache(cache_dir: Path | None) -> dict[str, list]:
+    """Segmentation cache: sentence sha256 -> words ({} when there is none yet)."""
+    if cache_dir is None or not (cache_dir / "manifest.json").is_file():
+        return {}
+    c = read_table(cache_dir)
+    return dict(zip(c["sentence_sha256"], c["words"]))
+
+
 def parts_dir(out_dir) -> Path:
     """Where the partitions of a partitioned stage are staged before the merge: ``.<name>.parts`` beside it."""
     out = Path(out_dir)
@@ -103,11 +111,7 @@ def segment_part(sentences_dir, out_dir, part: int, n_parts: int, backend: str =
     sents = sents.iloc[lo:hi]
     seg = load_segmenter(backend, user_dict)
     keys = [text_sha256(t) for t in sents["text"]]
-    cache_dir = _cache_dir(cache_root, seg.backend, seg.model_id)
-    cached: dict[str, list] = {}
-    if cache_dir is not None and (cache_dir / "manifest.json").is_file():
-        c = read_table(cache_dir)
-        cached = dict(zip(c["sentence_sha256"], c["words"]))
+    cached = _read_cache(_cache_dir(cache_root, seg.backend, seg.model_id))
     todo = sorted({k: t for k, t in zip(keys, sents["text"]) if k not in cached}.items())
     fresh = dict(zip([k for k, _ in todo], seg.segment([t for _, t in todo]))) if todo else {}
     part_df = pd.DataFrame({"doc_id": sents["doc_id"].to_numpy(), "sent_idx": sents["sent_idx"].to_numpy(),
@@ -137,10 +141,7 @@ def merge_segments(sentences_dir, out_dir, n_parts: int, backend: str = "auto", 
     cache_dir = _cache_dir(cache_root, seg_backend, model_id)
     fresh = parts[parts["fresh"]]
     if cache_dir is not None and len(fresh):
-        merged: dict[str, list] = {}
-        if (cache_dir / "manifest.json").is_file():
-            c = read_table(cache_dir)
-            merged = dict(zip(c["sentence_sha256"], c["words"]))
+        merged = _read_cache(cache_dir)
         merged.update(zip(fresh["sentence_sha256"], fresh["words"]))
         write_table(pd.DataFrame({"sentence_sha256": list(merged), "words": [list(v) for v in merged.values()]}),
                     cache_dir, name="segment_cache", config={"backend": seg_backend, "model_id": model_id},

@@ -130,6 +130,7 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
     from crawler.csv_import import DOCUMENT_COLUMNS
 
     by_id = {s.id: s for s in sources}
+    listings = {u for s in sources for u in s.listings}
     pages = state.frame()
     docs, fails = [], []
     for r in pages.itertuples(index=False):
@@ -137,7 +138,7 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
         if r.error is not None:
             fails.append((r.url, r.source_id, r.error, r.detail or ""))
             continue
-        if src is None or r.raw_sha256 is None or r.url in {u for s in sources for u in s.listings}:
+        if src is None or r.raw_sha256 is None or r.url in listings:
             continue
         try:
             d = extract(archive.get(r.raw_sha256), r.final_url or r.url, r.content_type, src.extract)

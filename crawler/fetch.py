@@ -162,9 +162,8 @@ class Fetcher:
                 if size > self.cfg.max_bytes:
                     raise _Fail("too_large", f"body over {self.cfg.max_bytes} bytes")
                 chunks.append(chunk)
-        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
-            raise _Fail("truncated", str(exc)[:200]) from exc
-        except requests.exceptions.ConnectionError as exc:
+        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
+                requests.exceptions.ConnectionError) as exc:
             raise _Fail("truncated", str(exc)[:200]) from exc
         finally:
             resp.close()

@@ -8,7 +8,7 @@ from pathlib import Path
 from crawler.archive import CrawlState, RawArchive
 from crawler.crawl import CrawlConfig, crawl, documents_from_archive
 from crawler.registry import DEFAULT_REGISTRY, load_registry
-from storage import code_version, file_sha256, write_table
+from storage import atomic_path, code_version, file_sha256, write_table
 
 
 def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.PathLike = DEFAULT_REGISTRY,
@@ -22,7 +22,8 @@ def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.Path
     try:
         counts = crawl(sources, state, archive, cfg, on_progress, before_request)
         docs, fails = documents_from_archive(sources, state, archive)
-        state.frame().to_parquet(root / "raw_index.parquet", index=False)
+        with atomic_path(root / "raw_index.parquet") as tmp:
+            state.frame().to_parquet(tmp, index=False)
     finally:
         state.close()
     stats = {"crawl": counts, "documents": int(len(docs)), "failures": {str(k): int(v) for k, v in

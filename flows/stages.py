@@ -54,11 +54,14 @@ def model_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
                  char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
     """Pretraining data, pretraining and fine-tuning on PolicySM-1 (reads the text stages' outputs)."""
     r: dict = {}
-    r["pretrain_data"] = M(T.pretrain_data, data_dir, L.TOKENIZER, f"{L.PRETRAIN}/epoch=0")(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone,
-                                         wait_for=upstream or [])
-    r["pretrain"] = M(T.pretrain, data_dir, L.PRETRAINED_MODEL)(data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL,
-                               char_backbone, word_backbone, wait_for=[r["pretrain_data"]])
-    r["finetune"] = M(T.finetune, data_dir, L.FINETUNED_MODEL)(data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], *(upstream or [])])
+    upstream = upstream or []
+    r["pretrain_data"] = M(T.pretrain_data, data_dir, L.TOKENIZER, f"{L.PRETRAIN}/epoch=0")(
+        data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone, wait_for=upstream)
+    r["pretrain"] = M(T.pretrain, data_dir, L.PRETRAINED_MODEL)(
+        data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL, char_backbone, word_backbone,
+        wait_for=[r["pretrain_data"]])
+    r["finetune"] = M(T.finetune, data_dir, L.FINETUNED_MODEL)(
+        data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], *upstream])
     return r
 
 
@@ -70,5 +73,6 @@ def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
                              unmapped(cfg.embed_batch_size), wait_for=[plan])
     r["index"] = M(T.index, data_dir, L.INDEX)(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size,
                                                cfg.embed_parts, wait_for=parts)
-    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir, L.RETRIEVAL_EVAL)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
+    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir, L.RETRIEVAL_EVAL)(
+        data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
     return r

@@ -121,9 +121,10 @@ def load_index(index_root: str | os.PathLike, version: str | None = None) -> tup
 
 
 def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id: str, cfg: IndexConfig,
-                  staging: str | os.PathLike) -> dict:
+                  staging: str | os.PathLike, extra: dict | None = None) -> dict:
     """Plan a refresh into ``staging``: the chunks, which rows reuse a vector of the serving version
-    (same ``model_id`` and index config) and which must be embedded. Returns the plan (JSON-able)."""
+    (same ``model_id`` and index config) and which must be embedded. ``extra`` keys are stored in the
+    plan as they are. ``plan.json`` is written last, atomically. Returns the plan (JSON-able)."""
     root, staging = Path(index_root), Path(staging)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -147,8 +148,8 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
     if reuse_vecs is not None:
         np.save(staging / "reused.npy", reuse_vecs)
     plan = {"previous": prev, "full_rebuild": full, "removed": removed, "reuse_rows": reuse_rows, "todo": todo,
-            "model_id": model_id, "index": asdict(cfg)}
-    (staging / "plan.json").write_text(json.dumps(plan))
+            "model_id": model_id, "index": asdict(cfg), **(extra or {})}
+    atomic_write_text(staging / "plan.json", json.dumps(plan))
     return plan
 
 

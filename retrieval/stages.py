@@ -13,7 +13,7 @@ from model.stages import load_encoder
 from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.embed import embed_texts
 from retrieval.index import IndexConfig, embed_staged, load_index, publish_staged, search, stage_refresh, staging_dir
-from storage import code_version, file_sha256, manifest_fingerprint, read_table
+from storage import code_version, file_sha256, json_sha256, manifest_fingerprint, read_table
 
 RETRIEVAL_PACKAGES = ("retrieval", "model", "storage")
 
@@ -57,8 +57,6 @@ class Encoder:
 
 
 def _inputs_key(clean_dir, ckpt_dir, cfg: ChunkConfig, index_cfg: IndexConfig) -> str:
-    from storage import json_sha256
-
     return json_sha256([manifest_fingerprint(clean_dir), model_id(ckpt_dir), asdict(cfg), asdict(index_cfg)])
 
 
@@ -66,9 +64,8 @@ def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cf
     """Chunk ``documents_clean`` and stage a refresh plan (which chunks to embed) under ``index/.staging``."""
     docs = read_table(clean_dir, ["doc_id", "text", "title", "source", "url"])
     chunks = build_chunks(docs, cfg)
-    plan = stage_refresh(index_root, chunks, model_id(ckpt_dir), index_cfg, staging_dir(index_root))
-    plan_path = staging_dir(index_root) / "plan.json"
-    plan_path.write_text(json.dumps({**plan, "inputs_key": _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)}))
+    plan = stage_refresh(index_root, chunks, model_id(ckpt_dir), index_cfg, staging_dir(index_root),
+                         extra={"inputs_key": _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)})
     return {"chunks": int(len(chunks)), "to_embed": len(plan["todo"]), "reused": len(plan["reuse_rows"])}
 
 

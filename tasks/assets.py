@@ -2,11 +2,12 @@
 
 Asset keys are ``file://`` URIs of the output's manifest (or folder) under the run's data dir, so
 they are known only at run time: :func:`materializing` re-declares a stage task as a
-``MaterializingTask`` of that key; upstream assets follow from the tasks it waits for. Inside the
-task, :func:`describe_outputs` attaches rows, fingerprint and shard sha256s from the manifest.
+``MaterializingTask`` of that key; upstream assets follow from the tasks it waits for. When the
+stage returns, :func:`describe_outputs` attaches rows, fingerprint and shard sha256s from the manifest.
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -25,7 +26,8 @@ def asset_key(data_dir: str, rel: str) -> str:
 
 
 def materializing(task: Task, data_dir: str, *rels: str) -> Task:
-    """``task`` with the same options, materializing the assets of ``rels`` under ``data_dir``.
+    """``task`` with the same options, materializing the assets of ``rels`` under ``data_dir``; each asset
+    gets its metadata (:func:`describe_outputs`) once the stage has written it.
 
     Where a path makes no valid asset key (Prefect forbids spaces and ``%`` in keys), the task is
     returned unchanged: the run goes on, and the lineage artifact still records the outputs.
@@ -36,10 +38,22 @@ def materializing(task: Task, data_dir: str, *rels: str) -> Task:
         assets = [Asset(key=asset_key(data_dir, r)) for r in rels]
     except ValueError:
         return task
-    return MaterializingTask(fn=task.fn, assets=assets, name=task.name,
+    return MaterializingTask(fn=_describing(task.fn), assets=assets, name=task.name,
                              tags=task.tags, retries=task.retries, retry_delay_seconds=task.retry_delay_seconds,
                              cache_key_fn=task.cache_key_fn, persist_result=task.persist_result,
                              result_serializer=task.result_serializer)
+
+
+def _describing(fn):
+    """``fn`` followed by :func:`describe_outputs` (same name, signature and source for Prefect and cache keys)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        describe_outputs()
+        return out
+
+    return run
 
 
 def describe_outputs() -> None:

@@ -22,7 +22,6 @@ from retrieval import stages as rstages
 from retrieval.chunks import ChunkConfig
 from retrieval.index import IndexConfig
 from storage import layout as L
-from tasks.assets import describe_outputs
 from tasks.caching import content_cache_key, jsonable
 from tasks.progress import crawl_rate_limit, progress_artifact
 
@@ -39,9 +38,7 @@ def _p(data_dir: str, rel: str) -> Path:
                                                               packages=("crawler", "storage")), **CACHED)
 def import_documents(data_dir: str, input_csv: str, sources_csv: str | None = None) -> dict:
     """CSV export -> ``documents``."""
-    out = text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
-    describe_outputs()
-    return out
+    return text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
 
 
 @task(name="crawl", retries=1, retry_delay_seconds=60)
@@ -53,28 +50,22 @@ def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = 
     from crawler.registry import DEFAULT_REGISTRY
     from crawler.stages import crawl_stage
 
-    out = crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
-                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
-                      on_progress=progress_artifact("crawl-progress", "URLs crawled"),
-                      before_request=crawl_rate_limit)
-    describe_outputs()
-    return out
+    return crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
+                       registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
+                       on_progress=progress_artifact("crawl-progress", "URLs crawled"),
+                       before_request=crawl_rate_limit)
 
 
 @task(name="clean", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS,), packages=TEXT), **CACHED)
 def clean(data_dir: str, cfg: CleanConfig) -> dict:
     """``documents`` -> ``documents_clean`` + ``rejects``."""
-    out = text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
-    describe_outputs()
-    return out
+    return text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
 
 
 @task(name="sentences", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN,), packages=TEXT), **CACHED)
 def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
     """``documents_clean`` -> ``sentences``."""
-    out = text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
-    describe_outputs()
-    return out
+    return text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
 
 
 @task(name="segment-part", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
@@ -89,28 +80,22 @@ def segment_part(data_dir: str, part: int, n_parts: int, backend: str = "auto", 
       **CACHED)
 def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, n_parts: int = 1) -> dict:
     """Merge the segmented parts into ``segments`` (HanLP; backend recorded); missing parts are segmented here."""
-    out = text.merge_segments(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), n_parts, backend, user_dict,
-                              cache_root=_p(data_dir, L.SEGMENT_CACHE))
-    describe_outputs()
-    return out
+    return text.merge_segments(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), n_parts, backend, user_dict,
+                               cache_root=_p(data_dir, L.SEGMENT_CACHE))
 
 
 @task(name="vocab", cache_key_fn=content_cache_key(inputs=(L.SEGMENTS,), files=("stopwords",), packages=TEXT),
       **CACHED)
 def vocab(data_dir: str, stopwords: str | None, cfg: VocabConfig) -> dict:
     """``segments`` -> ``vocab`` (+ vocab.txt)."""
-    out = text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
-    describe_outputs()
-    return out
+    return text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
 
 
 @task(name="datasets", cache_key_fn=content_cache_key(inputs=(L.SENTENCES, L.DOCUMENTS_CLEAN), packages=TEXT),
       **CACHED)
 def datasets(data_dir: str, cfg: PairConfig) -> dict:
     """``sentences`` -> ``policysm1/`` + ``policysm2/`` (split by document) with the shortcut probe."""
-    out = text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
-    describe_outputs()
-    return out
+    return text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
 
 
 @task(name="pretrain-data", cache_key_fn=content_cache_key(
@@ -122,7 +107,6 @@ def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig,
     split_of = text.document_splits(_p(data_dir, L.DOCUMENTS_CLEAN), pairs_cfg)
     out = mstages.pretrain_data_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB),
                                       _p(data_dir, L.TOKENIZER), split_of, _p(data_dir, L.PRETRAIN), cfg, epochs)
-    describe_outputs()
     return {**tok, **out}
 
 
@@ -136,7 +120,6 @@ def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, o
                                      _p(data_dir, out), jsonable(model_kwargs), cfg, epochs,
                                      char_backbone=char_backbone, word_backbone=word_backbone,
                                      on_step=progress_artifact("pretrain-progress", f"pretraining steps ({out})"))
-    describe_outputs()
     return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
 
 
@@ -148,7 +131,6 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
     m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
                                max_eval_examples=max_eval_examples,
                                on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
-    describe_outputs()
     return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
 
 
@@ -175,21 +157,17 @@ def embed_part(data_dir: str, part: int, n_parts: int, batch_size: int = 64) -> 
       **CACHED)
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1) -> dict:
     """Publish the staged refresh as ``index/vN`` and switch ``index/CURRENT`` (only new/changed chunks embedded)."""
-    out = rstages.index_publish_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
-                                      _p(data_dir, L.INDEX), cfg, index_cfg, n_parts, batch_size)
-    describe_outputs()
-    return out
+    return rstages.index_publish_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
+                                       _p(data_dir, L.INDEX), cfg, index_cfg, n_parts, batch_size)
 
 
-@task(name="evaluate-retrieval", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL),
-                                                                packages=("retrieval", *MODEL)), **CACHED)
+@task(name="evaluate-retrieval", cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
 def evaluate_retrieval(data_dir: str, segmenter: str = "auto", seed: int = 13) -> dict:
     """recall@1/5/10 and MRR: PolicyBERT index vs untrained encoder vs BM25; table artifact."""
     from prefect.artifacts import create_table_artifact
 
     res = rstages.evaluate_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.INDEX),
                                  _p(data_dir, L.RETRIEVAL_EVAL), segmenter, seed)
-    describe_outputs()
     create_table_artifact(table=res["table"], key="retrieval-evaluation",
                           description=f"Known-item search, {res['queries']} title/citation queries; "
                                       f"IVF recall@10 vs exact {res['ivf_recall@10_vs_exact']:.3f}, "
@@ -215,7 +193,6 @@ def dataset_report(data_dir: str) -> dict:
     from corpus.report import build_report
 
     rep = build_report(data_dir, _p(data_dir, L.REPORT))
-    describe_outputs()
     create_markdown_artifact(markdown=rep["markdown"], key="dataset-report",
                              description=f"Dataset report; plots in {_p(data_dir, L.REPORT)}")
     create_table_artifact(table=rep["pairs"], key="policysm-pairs", description="PolicySM pairs per split/kind/label")
