@@ -3,8 +3,10 @@ BertForPreTraining with the same char encoder, in one run, on real pretraining b
 
     python bench/model_bench.py --data-dir data [--size small|base] [--steps 20]
 
-Prints tokens/s (input chars incl. padding per second of forward+backward+AdamW step) and each
-fusion's overhead ratio against plain BERT.
+Prints collate ms/batch (the vectorised :func:`model.features.collate` against the per-word loop it
+replaced, on the same batches), then tokens/s (input chars incl. padding per second of
+forward+backward+AdamW step) and each fusion's ratio against plain BERT (which scores the vocabulary
+at every position; PolicyBERT at the masked positions only).
 """
 from __future__ import annotations
 
@@ -25,10 +27,13 @@ SIZES = {"small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads
          "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, num_word_layers=6)}
 
 
+WARMUP = 5
+
+
 def tokens_per_s(model, batches, device) -> float:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.to(device).train()
-    for b in batches[:2]:  # warm-up
+    for b in batches[:WARMUP]:  # warm-up (kernel selection for each new shape)
         with autocast(device):
             model(**b).loss.backward()
         opt.step()
@@ -36,7 +41,7 @@ def tokens_per_s(model, batches, device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     t, n = time.perf_counter(), 0
-    for b in batches[2:]:
+    for b in batches[WARMUP:]:
         with autocast(device):
             model(**b).loss.backward()
         opt.step()
@@ -45,6 +50,32 @@ def tokens_per_s(model, batches, device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     return n / (time.perf_counter() - t)
+
+
+def collate_loop(examples, max_words: int, pad_id: int = 0) -> dict:
+    """The per-word Python loop that built the matching matrix before (timing reference only)."""
+    b, seq = len(examples), max(len(e["input_ids"]) for e in examples)
+    w = max(1, min(max_words, max(len(e["word_ids"]) for e in examples)))
+    ids, mm = torch.full((b, seq), pad_id, dtype=torch.long), torch.zeros((b, w, seq))
+    wid, mlm = torch.zeros((b, w), dtype=torch.long), torch.full((b, seq), -100, dtype=torch.long)
+    for i, e in enumerate(examples):
+        ids[i, :len(e["input_ids"])] = torch.tensor(list(e["input_ids"]))
+        mlm[i, :len(e["input_ids"])] = torch.tensor(list(e["mlm_labels"]))
+        for q, (wd, (start, length)) in enumerate(zip(list(e["word_ids"])[:w], list(e["word_spans"])[:w])):
+            wid[i, q] = int(wd)
+            mm[i, q, int(start):int(start) + int(length)] = 1.0
+    return {"input_ids": ids, "word_ids": wid, "matching_matrix": mm, "labels": mlm}
+
+
+def collate_ms(fn, chunks: list, repeat: int = 3) -> float:
+    """Mean ms per batch of ``fn`` over ``chunks`` (best of ``repeat`` passes)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for c in chunks:
+            fn(c, 40, 0)
+        best = min(best, (time.perf_counter() - t) * 1000 / len(chunks))
+    return best
 
 
 def main() -> None:
@@ -57,9 +88,13 @@ def main() -> None:
     data = Path(args.data_dir)
     enc = CharEncoder.from_dir(data / L.TOKENIZER)
     matcher = WordMatcher.from_file(data / L.VOCAB / "vocab.txt")
-    rows = read_table(data / L.PRETRAIN / "epoch=0", partition={"split": "train"}).head(args.batch_size * (args.steps + 2))
+    rows = read_table(data / L.PRETRAIN / "epoch=0", partition={"split": "train"}).head(args.batch_size * (args.steps + WARMUP))
     ex = rows.to_dict("records")
-    raw = [collate(ex[i:i + args.batch_size], 40, enc.pad) for i in range(0, len(ex), args.batch_size)]
+    chunks = [ex[i:i + args.batch_size] for i in range(0, len(ex), args.batch_size)]
+    vec, loop = collate_ms(collate, chunks), collate_ms(collate_loop, chunks)
+    print(f"collate, batch {args.batch_size}: vectorised {vec:.2f} ms/batch, per-word loop {loop:.2f} ms/batch "
+          f"(ratio {vec / loop:.2f})")
+    raw = [collate(c, 40, enc.pad) for c in chunks]
     device = resolve_device("auto")
     move = lambda b: {k: v.to(device) for k, v in b.items()}  # noqa: E731
     size = SIZES[args.size]
@@ -68,7 +103,7 @@ def main() -> None:
                                          **{k: v for k, v in size.items() if k != "num_word_layers"}))
     plain = [move({k: v for k, v in b.items() if k not in ("word_ids", "matching_matrix")}) for b in raw]
     base = tokens_per_s(bert, plain, device)
-    print(f"device {device}, size {args.size}, batch {args.batch_size}, {len(raw) - 2} timed steps")
+    print(f"device {device}, size {args.size}, batch {args.batch_size}, {len(raw) - WARMUP} timed steps")
     print(f"{'model':<28}{'tokens/s':>10}{'ratio to BERT':>15}")
     print(f"{'BertForPreTraining':<28}{base:>10,.0f}{1.0:>15.2f}")
     full = [move(b) for b in raw]

@@ -1,10 +1,16 @@
-"""Ablation: fusion in {none, gate, attn} x dataset in {PolicySM-1, PolicySM-2}, same budget and seed.
+"""Ablation (issue: "an honest ablation"): plain BERT vs PolicyBERT fusion none/gate/attn, pretrained
+and fine-tuned on PolicySM-1 and PolicySM-2 with one budget, over several seeds, beside the non-neural
+baselines.
 
-    python -m flows.ablation --input ../shared/corpus/policy_docs.csv --data-dir data --profile cpu-small
+    python -m flows.ablation --input ../shared/corpus/policy_docs.csv --data-dir data --profile cpu-small [--seeds 3]
 
-Reuses the main job's cached text stages, pretrains one model per fusion and fine-tunes each on both
-datasets; writes ``eval/ablation/`` (Parquet) and a Prefect table artifact with MLM loss/accuracy,
-perplexity, NSP accuracy and dev/test accuracy and F1.
+Reuses the main job's cached text stages and pretraining data (leak-free whole-word masking). Rows:
+``plain`` (transformers' ``BertForPreTraining``/``BertForSequenceClassification``, no words), ``none``,
+``gate``, ``attn`` (the profile's model size and training budget, training seed = profile seed + k for
+k < seeds), plus ``majority`` and ``overlap_lr`` (char Jaccard + BM25 + lengths logistic regression,
+:mod:`model.baselines`) fitted on the same train split. Columns: held-out MLM loss/accuracy, NSP
+accuracy, dev/test accuracy and F1 on both datasets, each ``mean ± std`` over the seeds. Writes
+``eval/ablation/`` (one row per model and seed) and the ``fusion-ablation`` table artifact (aggregated).
 """
 from __future__ import annotations
 
@@ -22,51 +28,80 @@ from prefect.artifacts import create_table_artifact
 
 from flows.profiles import get_profile
 from flows.stages import corpus_stages
+from model.stages import PLAIN_BERT
 from storage import layout as L
 from storage import write_table
 from tasks import stages as T
 
-FUSIONS = ("none", "gate", "attn")
+MODELS = (PLAIN_BERT, "none", "gate", "attn")
 DATASETS = (L.POLICYSM1, L.POLICYSM2)
+METRICS = ("mlm_loss", "mlm_accuracy", "nsp_accuracy") + tuple(
+    f"{d}_{s}_{m}" for d in DATASETS for s in ("dev", "test") for m in ("accuracy", "f1"))
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """Per model: every metric as ``"mean ± std"`` (population std over seeds; 3 decimals), and ``seeds``."""
+    import numpy as np
+
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        agg = {"model": model, "seeds": len(mine)}
+        for m in METRICS:
+            vals = [r[m] for r in mine if r.get(m) is not None]
+            agg[m] = f"{np.mean(vals):.3f} ± {np.std(vals):.3f}" if vals else ""
+        out.append(agg)
+    return out
 
 
 @task(name="ablation-table")
 def ablation_table(data_dir: str, rows: list[dict]) -> list[dict]:
-    """Write the results table (Parquet under ``eval/ablation``) and publish it as a table artifact."""
+    """Write the per-seed rows (Parquet under ``eval/ablation``) and publish the aggregated table artifact."""
     import pandas as pd
 
     write_table(pd.DataFrame(rows), Path(data_dir) / L.ABLATION, name="ablation")
-    create_table_artifact(table=rows, key="fusion-ablation", description="PolicyBERT fusion x dataset ablation")
-    return rows
+    table = aggregate(rows)
+    create_table_artifact(table=table, key="fusion-ablation",
+                          description="PolicyBERT ablation: mean ± std over seeds, same budget per row")
+    return table
+
+
+def _row(model: str, seed: int, pre: dict | None, fins: dict[str, dict]) -> dict:
+    h = (pre or {}).get("heldout") or {}
+    row = {"model": model, "seed": seed, **{k: h.get(k) for k in ("mlm_loss", "mlm_accuracy", "nsp_accuracy")}}
+    for d, fin in fins.items():
+        for s in ("dev", "test"):
+            row.update({f"{d}_{s}_accuracy": fin[s]["accuracy"], f"{d}_{s}_f1": fin[s]["f1"]})
+    return row
 
 
 @flow(name="policybert-ablation", log_prints=True)
-def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", fusions: list[str] = list(FUSIONS),
-                        datasets: list[str] = list(DATASETS)) -> list[dict]:
-    """Run the text stages (cache hits after the main job), then pretrain/fine-tune per fusion and dataset."""
+def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", models: list[str] = list(MODELS),
+                        datasets: list[str] = list(DATASETS), seeds: int = 3) -> list[dict]:
+    """Run the text stages (cache hits after the main job), then pretrain/fine-tune per model and seed;
+    returns the aggregated table (the baselines last)."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
     r = corpus_stages(cfg, data_dir, input)
-    ds = r["datasets"]
-    pd_ = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, wait_for=[r["vocab"], r["segment"]])
+    pd_ = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs,
+                          wait_for=[r["vocab"], r["segment"]])
     rows = []
-    for fusion in fusions:
-        pre_out = f"{L.ABLATION_MODELS}/{fusion}/pretrain"
-        pre = T.pretrain(data_dir, replace(cfg.model, fusion=fusion), cfg.pretrain, cfg.pretrain_epochs, pre_out,
-                         wait_for=[pd_])
-        for dataset in datasets:
-            fin = T.finetune(data_dir, cfg.finetune, cfg.finetune_max_eval, pre_out, dataset,
-                             f"{L.ABLATION_MODELS}/{fusion}/{dataset}", wait_for=[pre, ds])
-            h = pre["heldout"]
-            rows.append({"fusion": fusion, "dataset": dataset, "mlm_loss": round(h["mlm_loss"], 4),
-                         "mlm_accuracy": round(h["mlm_accuracy"], 4), "perplexity": round(h["perplexity"], 2),
-                         "nsp_accuracy": round(h["nsp_accuracy"], 4), "dev_accuracy": round(fin["dev"]["accuracy"], 4),
-                         "dev_f1": round(fin["dev"]["f1"], 4), "test_accuracy": round(fin["test"]["accuracy"], 4),
-                         "test_f1": round(fin["test"]["f1"], 4), "test_majority": round(fin["majority_test"], 4)})
-    ablation_table(data_dir, rows)
-    for r in rows:
-        print(" | ".join(f"{k}={v}" for k, v in r.items()))
-    return rows
+    for model in models:
+        for k in range(seeds):
+            seed = cfg.pretrain.seed + k
+            base = f"{L.ABLATION_MODELS}/{model}/seed={seed}"
+            pre = T.pretrain(data_dir, replace(cfg.model, fusion=model), replace(cfg.pretrain, seed=seed),
+                             cfg.pretrain_epochs, f"{base}/pretrain", wait_for=[pd_])
+            fins = {d: T.finetune(data_dir, replace(cfg.finetune, seed=seed), cfg.finetune_max_eval,
+                                  f"{base}/pretrain", d, f"{base}/{d}", wait_for=[pre, r["datasets"]])
+                    for d in datasets}
+            rows.append(_row(model, seed, pre, fins))
+    for b in ("majority", "overlap_lr"):  # deterministic: fitted on the same train split as every model
+        rows.append(_row(b, cfg.pretrain.seed, None, {d: fins[d]["baselines"][b] for d in datasets}))
+    table = ablation_table(data_dir, rows)
+    for t in table:
+        print(" | ".join(f"{k}={v}" for k, v in t.items()))
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args = preflight("flows.ablation", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    policybert_ablation(args.input, args.data_dir, args.profile)
+    policybert_ablation(args.input, args.data_dir, args.profile, seeds=args.seeds)
     return 0
 
 

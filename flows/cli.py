@@ -28,6 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task-runner", default="threads", choices=("threads", "dask"),
                    help="where mapped stages run: threads (default) or Dask (prefect-dask)")
     p.add_argument("--dask-address", default=None, help="an existing Dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--seeds", type=int, default=3, help="flows.ablation only: training seeds per model (mean ± std)")
     return p
 
 

@@ -5,7 +5,8 @@ from a ZEN checkpoint (``ZEN-pretrain-base``), the fusion layers new.
 Checkpoints are read from local folders only (``model.safetensors`` or ``pytorch_model.bin`` plus
 ``config.json``); nothing is downloaded. ZEN stores its word encoder as ``word_embeddings.*`` and
 ``encoder.word_layers.*`` (old ``gamma``/``beta`` LayerNorm names are mapped); its n-gram vocabulary
-``ngram.txt`` maps our vocabulary words to ZEN's rows, and words ZEN lacks keep a fresh init.
+``ngram.txt`` maps our vocabulary words to ZEN's rows (see :func:`read_zen_ngram_ids`), and words ZEN
+lacks keep a fresh init.
 """
 from __future__ import annotations
 
@@ -82,6 +83,33 @@ def _copy(target: dict[str, torch.Tensor], name: str, value: torch.Tensor, repor
         report[source].append(name)
 
 
+def read_zen_ngram_ids(path: str | os.PathLike) -> tuple[dict[str, int], int]:
+    """ZEN's n-gram ids, read the way ZEN's own ``ZenNgramDict`` reads ``ngram.txt``
+    (``ZEN/ngram_utils.py`` in sinovation/ZEN and sinovation/ZEN2).
+
+    ``ngram.txt`` has no ``[pad]`` line: ZEN seeds its dict with ``{"[pad]": 0}`` and gives the
+    0-based line ``i`` (Python file iteration, i.e. split on newlines only) the id ``i + 1``, which is the
+    row of ``word_embeddings.word_embeddings.weight`` its model looks up (row 0 = padding). Each line is
+    ``ngram,freq``; a line that does not split on ``,`` into exactly two fields (a blank line, a line
+    without a frequency such as a literal ``[pad]``) is skipped as ZEN2's reader skips it, and still uses
+    up its id, since ZEN numbers by line. A repeated n-gram keeps its last id, as ZEN's dict assignment
+    does. ZEN keys by ``tuple(tokenizer.tokenize(ngram))``; here the key is the n-gram text, stripped.
+
+    Returns:
+        ``(ids, malformed)``: n-gram text -> ZEN id (>= 1), and the number of skipped lines.
+    """
+    ids: dict[str, int] = {}
+    malformed = 0
+    with open(path, "r", encoding="utf-8") as fin:
+        for i, line in enumerate(fin):
+            items = line.strip().split(",")
+            if len(items) != 2:
+                malformed += 1
+                continue
+            ids[items[0].strip()] = i + 1
+    return ids, malformed
+
+
 @torch.no_grad()
 def init_from_backbones(model, char_backbone: str | None = None, word_backbone: str | None = None,
                         word_vocab: list[str] | None = None) -> dict:
@@ -90,7 +118,8 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
     Args:
         char_backbone: BERT checkpoint dir: ``embeddings.*``, ``encoder.layer.*``, ``pooler.*``.
         word_backbone: ZEN checkpoint dir: ``word_embeddings.*``, ``encoder.word_layers.*`` (+ ``ngram.txt``).
-        word_vocab: our word list (ids 1..V); with ZEN's ``ngram.txt``, matching words get ZEN's rows.
+        word_vocab: our word list (ids 1..V); with ZEN's ``ngram.txt``, a word on 0-based line ``i``
+            gets ZEN's row ``i + 1`` (ZEN's own numbering, :func:`read_zen_ngram_ids`).
 
     Returns:
         Report: ``char`` / ``word`` = parameter names loaded from each backbone, ``new`` = names left
@@ -117,11 +146,10 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
         emb = sd.get("word_embeddings.word_embeddings.weight")
         name = prefix + "word_embeddings.word_embeddings.weight"
         if emb is not None and word_vocab and ngram_file.is_file() and name in target:
-            zen_ids = {}
-            for i, line in enumerate(ngram_file.read_text(encoding="utf-8").splitlines()):
-                w = line.split(",")[0].split("\t")[0].strip()
-                if w:
-                    zen_ids.setdefault(w, i)
+            zen_ids, malformed = read_zen_ngram_ids(ngram_file)
+            if malformed:
+                report["skipped"].append(f"word:{ngram_file.name} {malformed} line(s) not 'ngram,freq' "
+                                         "(skipped; their ids stay unused, as in ZEN)")
             if emb.shape[1] != target[name].shape[1]:
                 report["skipped"].append(f"word:{name} hidden {emb.shape[1]} != {target[name].shape[1]}")
             else:

@@ -131,29 +131,73 @@ def truncate_pair(a: list, b: list | None, max_tokens: int) -> tuple[list, list 
     return a, b
 
 
-def encode(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncoder, matcher: WordMatcher,
-           max_len: int, max_words: int, rng: np.random.Generator) -> Encoded:
-    """``[CLS] a [SEP] (b [SEP])`` char ids with word matches (never across ``[SEP]``).
-
-    Words are every vocabulary occurrence, shuffled with ``rng`` and cut to ``max_words``.
-    """
+def encode_chars(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncoder, max_len: int
+                 ) -> tuple[list[int], list[int], list[str], list[str] | None]:
+    """``[CLS] a [SEP] (b [SEP])`` char ids and token type ids (both ``(seq_len,)``, ``seq_len <= max_len``),
+    with the (longest-first truncated) char lists ``a`` and ``b`` they were built from."""
     a, b = truncate_pair(chars_a, chars_b, max_len - (3 if chars_b is not None else 2))
     ids = [enc.cls] + enc.ids(a) + [enc.sep]
     tt = [0] * len(ids)
-    words = matcher.match(a, offset=1)
     if b is not None:
-        words += matcher.match(b, offset=len(ids))
         ids += enc.ids(b) + [enc.sep]
         tt += [1] * (len(b) + 1)
+    return ids, tt, a, b
+
+
+def match_pair(a: Sequence[str], b: Sequence[str] | None, matcher: WordMatcher) -> list[tuple[int, int, int]]:
+    """``(start, length, word_id)`` of every vocabulary word in ``a`` and ``b``, positions in the
+    ``[CLS] a [SEP] b [SEP]`` sequence of :func:`encode_chars` (never across ``[SEP]``)."""
+    words = matcher.match(a, offset=1)
+    if b is not None:
+        words += matcher.match(b, offset=len(a) + 2)
+    return words
+
+
+def select_words(words: list[tuple[int, int, int]], max_words: int, rng: np.random.Generator,
+                 mlm_labels: Sequence[int] | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+    """Word ids and ``(start, length)`` spans kept for an example: with ``mlm_labels`` every word
+    overlapping a predicted position (label != -100: masked, replaced or kept) is dropped first, so
+    no word id reveals a masked char (as ZEN matches n-grams after masking); then the words are
+    shuffled with ``rng`` and cut to ``max_words`` (SPEC §6)."""
+    if mlm_labels is not None:
+        hidden = np.flatnonzero(np.asarray(mlm_labels) != -100)
+        if len(hidden):
+            words = [w for w in words if not np.any((hidden >= w[0]) & (hidden < w[0] + w[1]))]
     if words:
         order = rng.permutation(len(words))[:max_words]
         words = [words[i] for i in order]
-    return Encoded(ids, tt, [w[2] for w in words], [(w[0], w[1]) for w in words])
+    return [w[2] for w in words], [(w[0], w[1]) for w in words]
+
+
+def encode(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncoder, matcher: WordMatcher,
+           max_len: int, max_words: int, rng: np.random.Generator) -> Encoded:
+    """``[CLS] a [SEP] (b [SEP])`` char ids with word matches (never across ``[SEP]``), for
+    unmasked inputs (fine-tuning, embedding). Words are every vocabulary occurrence, shuffled with
+    ``rng`` and cut to ``max_words``; pretraining masks first and then selects words
+    (:func:`select_words` with the MLM labels)."""
+    ids, tt, a, b = encode_chars(chars_a, chars_b, enc, max_len)
+    word_ids, spans = select_words(match_pair(a, b, matcher), max_words, rng)
+    return Encoded(ids, tt, word_ids, spans)
+
+
+def _spans(e: dict, w: int) -> np.ndarray:
+    """(n, 2) int64 ``(start, length)`` of an example's first ``w`` word spans (lists or Parquet arrays)."""
+    spans = list(e["word_spans"])[:w]
+    return np.asarray([np.asarray(s, dtype=np.int64) for s in spans], dtype=np.int64).reshape(-1, 2)
+
+
+def _pad(rows: Sequence, width: int, fill: int) -> torch.Tensor:
+    """Ragged int rows -> (len(rows), width) int64, right-padded with ``fill``, in one vectorised copy."""
+    lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    out = np.full((len(rows), width), fill, dtype=np.int64)
+    if lens.sum():
+        out[np.arange(width)[None, :] < lens[:, None]] = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+    return torch.from_numpy(out)
 
 
 def collate(examples: Sequence[dict], max_words: int, pad_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad a batch of example dicts (input_ids, token_type_ids, word_ids, word_spans, optional
-    mlm_labels / nsp_label / label) into tensors.
+    mlm_labels / nsp_label / label) into tensors, vectorised (no per-word Python loop).
 
     Returns:
         input_ids, attention_mask, token_type_ids (batch, seq_len); word_ids (batch, W);
@@ -163,28 +207,22 @@ def collate(examples: Sequence[dict], max_words: int, pad_id: int = 0) -> dict[s
     b = len(examples)
     seq = max(len(e["input_ids"]) for e in examples)
     w = max(1, min(max_words, max(len(e["word_ids"]) for e in examples)))
-    ids = torch.full((b, seq), pad_id, dtype=torch.long)
-    att = torch.zeros((b, seq), dtype=torch.long)
-    tt = torch.zeros((b, seq), dtype=torch.long)
-    wid = torch.zeros((b, w), dtype=torch.long)
+    ids = _pad([e["input_ids"] for e in examples], seq, pad_id)
+    att = _pad([np.ones(len(e["input_ids"]), dtype=np.int64) for e in examples], seq, 0)
+    tt = _pad([e["token_type_ids"] for e in examples], seq, 0)
+    wid = _pad([list(e["word_ids"])[:w] for e in examples], w, 0)
+    spans = [_spans(e, w) for e in examples]
+    n = np.fromiter((len(s) for s in spans), dtype=np.int64, count=b)
     mm = torch.zeros((b, w, seq), dtype=torch.float32)
-    out = {}
-    has_mlm = "mlm_labels" in examples[0]
-    if has_mlm:
-        mlm = torch.full((b, seq), -100, dtype=torch.long)
-    for i, e in enumerate(examples):
-        n = len(e["input_ids"])
-        ids[i, :n] = torch.tensor(list(e["input_ids"]))
-        att[i, :n] = 1
-        tt[i, :n] = torch.tensor(list(e["token_type_ids"]))
-        for q, (wd, (start, length)) in enumerate(zip(list(e["word_ids"])[:w], list(e["word_spans"])[:w])):
-            wid[i, q] = int(wd)
-            mm[i, q, int(start):int(start) + int(length)] = 1.0
-        if has_mlm:
-            mlm[i, :n] = torch.tensor(list(e["mlm_labels"]))
-    out.update(input_ids=ids, attention_mask=att, token_type_ids=tt, word_ids=wid, matching_matrix=mm)
-    if has_mlm:
-        out["labels"] = mlm
+    if n.sum():
+        flat = torch.from_numpy(np.concatenate(spans))  # (N, 2)
+        bi = torch.from_numpy(np.repeat(np.arange(b), n))
+        qi = torch.from_numpy(np.concatenate([np.arange(k) for k in n]))
+        pos = torch.arange(seq)[None, :]
+        mm[bi, qi] = ((pos >= flat[:, :1]) & (pos < flat[:, :1] + flat[:, 1:])).float()
+    out = dict(input_ids=ids, attention_mask=att, token_type_ids=tt, word_ids=wid, matching_matrix=mm)
+    if "mlm_labels" in examples[0]:
+        out["labels"] = _pad([e["mlm_labels"] for e in examples], seq, -100)
     if "nsp_label" in examples[0]:
         out["next_sentence_label"] = torch.as_tensor([int(e["nsp_label"]) for e in examples])
     if "label" in examples[0]:

@@ -53,12 +53,17 @@ class WordEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(self.word_embeddings(word_ids) + self.token_type_embeddings(token_type_ids)))
 
 
+class GateLinear(nn.Linear):
+    """The gate's ``Linear(2 * hidden, hidden)``: its own type so that weight init can find it (transformers
+    never calls ``_init_weights`` on a custom module without direct parameters, such as GateFusion)."""
+
+
 class GateFusion(nn.Module):
     """``C + sigmoid(Linear([C; P])) ⊙ P``; the Linear's bias starts at ``config.gate_bias_init`` (5.0)."""
 
     def __init__(self, config: PolicyBertConfig):
         super().__init__()
-        self.gate = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.gate = GateLinear(2 * config.hidden_size, config.hidden_size)
 
     def forward(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
         g = torch.sigmoid(self.gate(torch.cat([chars, words], dim=-1)))
@@ -135,18 +140,11 @@ class PolicyBertPreTrainedModel(PreTrainedModel):
             init.zeros_(module.token_type_ids)
         elif isinstance(module, BertPreTrainingHeads):
             init.zeros_(module.predictions.bias)
-
-    def post_init(self) -> None:
-        """Init weights, then open the gates: every GateFusion bias = ``config.gate_bias_init``.
-
-        Done after the generic init (which visits a parent before its Linear children and would
-        reset the bias to 0: the thesis code's bug). Loaded checkpoints overwrite it as usual.
-        """
-        super().post_init()
-        with torch.no_grad():
-            for module in self.modules():
-                if isinstance(module, GateFusion):
-                    module.gate.bias.fill_(self.config.gate_bias_init)
+        elif isinstance(module, GateLinear):
+            # on every path that initialises the gate: a fresh model, and from_pretrained filling in a gate
+            # missing from the checkpoint (a loaded gate is marked initialised and never gets here). A plain
+            # fill_, because the `init` helpers skip a parameter the Linear init above already marked.
+            module.bias.fill_(self.config.gate_bias_init)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -218,7 +216,9 @@ class PolicyBertForPreTraining(PolicyBertPreTrainedModel):
 
     ``labels`` (batch, seq_len) with -100 for unmasked chars; ``next_sentence_label`` (batch,)
     with 0 = B follows A, 1 = B is random. Outputs ``prediction_logits`` (batch, seq_len, vocab)
-    and ``seq_relationship_logits`` (batch, 2).
+    without ``labels``, and (n_masked, vocab) for the positions ``labels != -100`` in row-major
+    order with them (the vocabulary projection is the largest matmul of a small model: computing it
+    at the 15 % masked positions only saves most of it); ``seq_relationship_logits`` (batch, 2).
     """
 
     _tied_weights_keys = {
@@ -246,12 +246,17 @@ class PolicyBertForPreTraining(PolicyBertPreTrainedModel):
                 matching_matrix: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None, **kwargs) -> BertForPreTrainingOutput:
         out = self.bert(input_ids, attention_mask, token_type_ids, word_ids, matching_matrix)
-        mlm_logits, nsp_logits = self.cls(out.last_hidden_state, out.pooler_output)
+        hidden = out.last_hidden_state
+        if labels is not None:  # score the masked positions only: (n_masked, vocab) instead of (batch, seq_len, vocab)
+            sel = labels != -100
+            hidden, labels = hidden[sel], labels[sel]
+        mlm_logits = self.cls.predictions(hidden)
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)
         loss = None
         if labels is not None and next_sentence_label is not None:
             ce = nn.CrossEntropyLoss()
-            loss = (ce(mlm_logits.view(-1, self.config.vocab_size), labels.view(-1))
-                    + ce(nsp_logits.view(-1, 2), next_sentence_label.view(-1)))
+            mlm = ce(mlm_logits.float(), labels) if labels.numel() else mlm_logits.sum() * 0.0
+            loss = mlm + ce(nsp_logits.view(-1, 2).float(), next_sentence_label.view(-1))
         return BertForPreTrainingOutput(loss=loss, prediction_logits=mlm_logits,
                                         seq_relationship_logits=nsp_logits)
 

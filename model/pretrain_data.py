@@ -5,7 +5,9 @@ NSP: for each sentence i of a document that has a next sentence, half the time B
 the thesis code made every B random, a trivial task. Whole-word masking: the segmented words of A
 and B are the masking units; units are drawn until ``mask_prob`` of the chars are covered, and
 each chosen unit is replaced as a whole by ``[MASK]`` (80%), random chars (10%) or kept (10%).
-Deterministic per (seed, epoch).
+Vocabulary words are matched after masking: a word that overlaps any predicted char is dropped from
+``word_ids``/``word_spans`` before the ``max_words`` cap (as ZEN does), so the word encoder never sees
+the identity of a masked word. Deterministic per (seed, epoch).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from model.features import CharEncoder, WordMatcher, encode, to_chars
+from model.features import CharEncoder, WordMatcher, encode_chars, match_pair, select_words, to_chars
 
 PRETRAIN_COLUMNS = ("doc_id", "sent_idx", "input_ids", "token_type_ids", "word_ids", "word_spans",
                     "mlm_labels", "nsp_label", "split")
@@ -115,13 +117,12 @@ def build_pretrain_epoch(sentences: pd.DataFrame, segments: pd.DataFrame, split_
                         j, label = cand, 1
                         break
             ca, cb = to_chars(texts[i]), to_chars(texts[j])
-            e = encode(ca, cb, enc, matcher, cfg.max_len, cfg.max_words, rng)
-            la = e.token_type_ids.count(0) - 2
-            lb = len(e.input_ids) - la - 3
-            units = _units(words[i], 1, la) + _units(words[j], la + 2, lb)
-            ids, labels = whole_word_mask(e.input_ids, units, enc, cfg.mask_prob, rng)
-            rows.append((docs[i], idxs[i], ids, e.token_type_ids, e.word_ids, [list(s) for s in e.word_spans],
-                         labels, label, splits[i]))
+            ids, tt, a, b = encode_chars(ca, cb, enc, cfg.max_len)
+            units = _units(words[i], 1, len(a)) + _units(words[j], len(a) + 2, len(b))
+            ids, labels = whole_word_mask(ids, units, enc, cfg.mask_prob, rng)
+            # words are matched after masking: any word over a predicted position is dropped (no leak)
+            word_ids, spans = select_words(match_pair(a, b, matcher), cfg.max_words, rng, labels)
+            rows.append((docs[i], idxs[i], ids, tt, word_ids, [list(s) for s in spans], labels, label, splits[i]))
     out = pd.DataFrame(rows, columns=list(PRETRAIN_COLUMNS))
     masked = sum(sum(1 for x in lab if x != -100) for lab in out["mlm_labels"]) if len(out) else 0
     tokens = int(out["input_ids"].str.len().sum()) if len(out) else 0

@@ -17,13 +17,15 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
+from transformers import AutoModelForSequenceClassification, BertConfig, BertForPreTraining
 
+from model.baselines import pair_baselines
 from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
-from model.modeling import PolicyBertForPreTraining, PolicyBertForSequenceClassification, PolicyBertModel
+from model.modeling import PolicyBertForPreTraining, PolicyBertModel
 from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
-from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, train
+from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, is_main_process, train
 from storage import atomic_path, code_version, manifest_fingerprint, read_manifest, read_table, write_table
 
 MODEL_PACKAGES = ("model", "storage")
@@ -75,6 +77,24 @@ def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, s
     return out
 
 
+PLAIN_BERT = "plain"  # model_kwargs["fusion"] for the ablation's baseline: transformers' BertForPreTraining, no words
+
+
+def batch_collator(config, pad_id: int) -> Callable[[list[dict]], dict]:
+    """:func:`collate` for a model's config: a PolicyBERT config gets word ids and the matching matrix
+    (``max_words`` of the config); a plain BERT config gets the char inputs only."""
+    words = config.model_type == "policybert"
+    max_words = config.max_words if words else 1
+
+    def fn(examples: list[dict]) -> dict:
+        batch = collate(examples, max_words, pad_id)
+        if not words:
+            del batch["word_ids"], batch["matching_matrix"]
+        return batch
+
+    return fn
+
+
 def _examples(df: pd.DataFrame) -> list[dict]:
     return df.to_dict("records")
 
@@ -106,12 +126,15 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
                                           (k == "num_word_layers" and word_backbone)})
         if config.vocab_size < enc.size:
             raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {enc.size}")
+    elif model_kwargs.get("fusion") == PLAIN_BERT:
+        config = BertConfig(vocab_size=enc.size, type_vocab_size=2, **{k: v for k, v in model_kwargs.items()
+                                                                        if k not in ("fusion", "num_word_layers", "max_words")})
     else:
         config = PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size, **model_kwargs)
-    model = PolicyBertForPreTraining(config)
+    model = BertForPreTraining(config) if config.model_type == "bert" else PolicyBertForPreTraining(config)
     init_report = init_from_backbones(model, char_backbone, word_backbone, word_list) if (
         char_backbone or word_backbone) else None
-    fn = lambda ex: collate(ex, config.max_words, enc.pad)  # noqa: E731
+    fn = batch_collator(config, enc.pad)
     cache: dict[int, list] = {}
 
     def epoch_data(e: int) -> list[dict]:
@@ -121,14 +144,19 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
             cache[k] = _examples(read_table(Path(pretrain_root) / f"epoch={k}", partition={"split": "train"}))
         return cache[k]
 
-    run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
-                state_dir=_state_dir(out_dir), on_step=on_step)
     held = read_table(Path(pretrain_root) / "epoch=0")
     held = held[held["split"] != "train"]
     if len(held) > max_eval_examples:
         held = held.sample(max_eval_examples, random_state=cfg.seed)
-    metrics = {"train": run, "heldout": evaluate_pretraining(model, _examples(held), fn, cfg),
-               "config": {k: getattr(config, k) for k in ("fusion", "hidden_size", "num_hidden_layers",
+    held = _examples(held)
+    curve_set = held[:max(1, min(len(held), max_eval_examples // 4))]  # the learning curve's eval points
+    run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
+                state_dir=_state_dir(out_dir), on_step=on_step,
+                evaluate=(lambda m: evaluate_pretraining(m, curve_set, fn, cfg)) if held else None)
+    if not is_main_process():
+        return run  # under accelerate launch only rank 0 evaluates and writes the checkpoint
+    metrics = {"train": run, "heldout": evaluate_pretraining(model, held, fn, cfg) if held else None,
+               "config": {k: getattr(config, k, None) for k in ("model_type", "fusion", "hidden_size", "num_hidden_layers",
                                                            "num_word_layers", "vocab_size", "word_vocab_size")},
                "train_config": asdict(cfg), "backbones": {"char": char_backbone, "word": word_backbone},
                "init_report": None if init_report is None else {
@@ -159,12 +187,15 @@ def encode_pairs(pairs: pd.DataFrame, enc: CharEncoder, matcher: WordMatcher, ma
 def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_len: int = 128,
                    max_eval_examples: int | None = None, log_fn: Callable[[str], None] = print,
                    on_step: Callable[[int, int], None] | None = None) -> dict:
-    """Fine-tune ``[CLS] -> Dropout -> Linear(2)`` on a PolicySM dataset; keep the best epoch by dev
-    accuracy; report accuracy and F1 on dev and test; save to ``out_dir`` atomically."""
+    """Fine-tune ``[CLS] -> Dropout -> Linear(2)`` on a PolicySM dataset as one training run; the
+    checkpoint with the best dev accuracy (evaluated at each epoch end, or every ``cfg.eval_every``
+    steps, and at the last step) is kept, reported (``best_step``, the dev curve in
+    ``train.curve``) and tested; saved to ``out_dir`` atomically (main process only).
+    """
     enc, matcher = load_inputs(pretrained_dir)
-    model = PolicyBertForSequenceClassification.from_pretrained(pretrained_dir, num_labels=2)
-    mw = model.config.max_words
-    fn = lambda ex: collate(ex, mw, enc.pad)  # noqa: E731
+    model = AutoModelForSequenceClassification.from_pretrained(pretrained_dir, num_labels=2)  # PolicyBERT or plain BERT
+    mw = getattr(model.config, "max_words", 1)
+    fn = batch_collator(model.config, enc.pad)
     split = {s: read_table(dataset_dir, partition={"split": s}) for s in ("train", "dev", "test")}
     if max_eval_examples:
         for s in ("dev", "test"):
@@ -177,22 +208,18 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
             train_df = train_df.sample(cap, random_state=cfg.seed)
     data = {s: encode_pairs(df, enc, matcher, max_len, mw, cfg.seed) for s, df in
             (("train", train_df), ("dev", split["dev"]), ("test", split["test"]))}
-    best, best_state, runs = -1.0, None, []
-    for r in range(cfg.epochs if not cfg.max_steps else 1):
-        # one round = one epoch (or max_steps), its own resumable state; the best round by dev wins
-        per_round = TrainConfig(**{**asdict(cfg), "epochs": 1, "seed": cfg.seed + r})
-        runs.append(train(model, data["train"], fn, per_round, log_fn, state_dir=_state_dir(out_dir) / f"round{r}",
-                          on_step=on_step))
-        dev = evaluate_classifier(model, data["dev"], fn, cfg)
-        runs[-1]["dev_accuracy"] = dev["accuracy"]
-        if dev["accuracy"] > best:
-            best = dev["accuracy"]
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model.load_state_dict(best_state)
-    metrics = {"train": runs, "dev": evaluate_classifier(model, data["dev"], fn, cfg),
+    # one run over all epochs (one optimiser, one warmup + decay); dev accuracy at each epoch end (or
+    # every eval_every steps) and after the last step; the best-by-dev weights are kept
+    run = train(model, data["train"], fn, cfg, log_fn, state_dir=_state_dir(out_dir), on_step=on_step,
+                evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
+    if not is_main_process():
+        return run
+    metrics = {"train": run, "best_step": run["best"]["step"] if run["best"] else None,
+               "dev": evaluate_classifier(model, data["dev"], fn, cfg),
                "test": evaluate_classifier(model, data["test"], fn, cfg),
                "majority_test": float(max(split["test"]["label"].mean(), 1 - split["test"]["label"].mean()))
                if len(split["test"]) else None,
+               "baselines": pair_baselines(split),
                "dataset": read_manifest(dataset_dir)["name"], "train_config": asdict(cfg),
                "inputs": {"dataset": manifest_fingerprint(dataset_dir),
                           "pretrained": json.loads(Path(pretrained_dir, "metrics.json").read_text()).get("inputs")}}

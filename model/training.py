@@ -31,9 +31,12 @@ STATE = "trainer_state"
 @dataclass(frozen=True)
 class TrainConfig:
     """epochs: passes over the data; max_steps: optimiser steps cap (None: epochs decide);
-    batch_size/eval_batch_size: examples per forward; lr, warmup_ratio (share of steps),
-    weight_decay; grad_accum: forwards per optimiser step; seed; device ``auto|cpu|cuda``;
-    log_every: steps between log lines; save_every: steps between training checkpoints (0: never)."""
+    batch_size/eval_batch_size: examples per forward (per process); lr, warmup_ratio (share of all
+    steps), weight_decay; grad_accum: forwards per optimiser step; seed; device ``auto|cpu|cuda``;
+    log_every: steps between log lines; save_every: steps between training states (0: never);
+    eval_every: steps between evaluations (0: at each epoch end; the last step is always evaluated);
+    num_workers: DataLoader worker processes (None: 2 on CUDA, 0 on CPU, where collation is cheap
+    and the cores are busy training)."""
 
     epochs: int = 1
     max_steps: int | None = None
@@ -46,7 +49,9 @@ class TrainConfig:
     seed: int = 13
     device: str = "auto"
     log_every: int = 50
-    save_every: int = 0
+    save_every: int = 200
+    eval_every: int = 0
+    num_workers: int | None = None
 
 
 def _tty() -> bool:
@@ -62,6 +67,14 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def is_main_process() -> bool:
+    """True in a single process, and on rank 0 only under ``accelerate launch``/``torchrun``:
+    evaluation and checkpoint writes happen there alone."""
+    from accelerate import PartialState
+
+    return PartialState().is_main_process
+
+
 def autocast(device: torch.device):
     """bf16 autocast on CUDA, a no-op context on CPU."""
     if device.type == "cuda":
@@ -73,6 +86,20 @@ def batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np
     """Index batches over ``n`` examples, shuffled when ``rng`` is given."""
     order = rng.permutation(n) if rng is not None else np.arange(n)
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+
+
+def rank_batches(n: int, cfg: TrainConfig, epoch: int, rank: int = 0, nproc: int = 1) -> list[np.ndarray]:
+    """The batches process ``rank`` of ``nproc`` runs in ``epoch``: every nproc-th batch of the
+    epoch's seeded shuffle, cut to the same count on every rank (at least 1)."""
+    idx = batches(n, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]))
+    return idx[rank::nproc][: len(idx) // nproc or 1]
+
+
+def steps_per_epoch(n: int, cfg: TrainConfig, nproc: int = 1) -> int:
+    """Optimiser steps one epoch of ``n`` examples takes: the batches each rank runs
+    (:func:`rank_batches`) over ``grad_accum``, the last partial accumulation counting as a step."""
+    per_rank = max(1, math.ceil(n / cfg.batch_size) // nproc)
+    return math.ceil(per_rank / cfg.grad_accum)
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -95,10 +122,12 @@ def _save_state(state_dir: Path, model, opt, sched, pos: dict) -> None:
 
 
 def _load_state(state_dir: Path, model, opt, sched) -> dict | None:
+    """Restore a saved training state; tensors only (``weights_only=True``): a state file that
+    holds anything else raises instead of running code."""
     d = state_dir / STATE
     if not (d / "position.json").is_file():
         return None
-    blob = torch.load(d / "state.pt", map_location="cpu", weights_only=False)
+    blob = torch.load(d / "state.pt", map_location="cpu", weights_only=True)
     model.load_state_dict(blob["model"])
     opt.load_state_dict(blob["optimizer"])
     sched.load_state_dict(blob["scheduler"])
@@ -108,26 +137,69 @@ def _load_state(state_dir: Path, model, opt, sched) -> dict | None:
     return json.loads((d / "position.json").read_text())
 
 
+class _Best:
+    """The best weights by the evaluation metric: in memory, and under ``state_dir/best.pt`` when
+    training is resumable (so a resumed run still ends on the best checkpoint)."""
+
+    def __init__(self, state_dir: Path | None):
+        self.path = state_dir / "best.pt" if state_dir is not None else None
+        self.weights: dict | None = None
+
+    def save(self, model: torch.nn.Module) -> None:
+        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        if self.path is not None:
+            with atomic_path(self.path) as tmp:
+                torch.save(self.weights, tmp)
+
+    def restore(self, model: torch.nn.Module) -> None:
+        if self.weights is None and self.path is not None and self.path.is_file():
+            self.weights = torch.load(self.path, map_location="cpu", weights_only=True)
+        if self.weights is not None:
+            model.load_state_dict(self.weights)
+
+
+def _loader(data: Sequence[dict], idx: list[np.ndarray], collate_fn: Callable, cfg: TrainConfig,
+            device: torch.device):
+    """A DataLoader over the given batches (collated in ``num_workers`` processes, pinned on CUDA)."""
+    from torch.utils.data import DataLoader
+
+    workers = cfg.num_workers if cfg.num_workers is not None else (2 if device.type == "cuda" else 0)
+    # its own generator: creating the iterator would otherwise draw from the global RNG, so a run resumed
+    # mid-epoch would see other dropout masks than an uninterrupted one
+    return DataLoader(data, batch_sampler=[b.tolist() for b in idx], collate_fn=collate_fn, num_workers=workers,
+                      pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
+
+
 def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg: TrainConfig, log: Log = print,
-          state_dir: str | os.PathLike | None = None, on_step: Callable[[int, int], None] | None = None) -> dict:
-    """Optimise ``model`` on ``examples`` and return run stats.
+          state_dir: str | os.PathLike | None = None, on_step: Callable[[int, int], None] | None = None,
+          evaluate: Callable[[torch.nn.Module], dict] | None = None, best_metric: str | None = None) -> dict:
+    """Optimise ``model`` on ``examples`` in one run (one AdamW, one warmup + linear decay over all
+    steps of all epochs) and return run stats.
 
     Args:
         examples: example dicts understood by ``collate_fn``, or ``epoch -> examples`` (e.g. a new
             masking per pretraining epoch).
-        state_dir: where training checkpoints go (``cfg.save_every``); resumes from one found there.
+        state_dir: where training states go (every ``cfg.save_every`` steps); resumes from one found there.
         on_step: called as ``on_step(step, total_steps)`` after every optimiser step (progress, tests).
+        evaluate: ``model -> metrics`` run on the main process only, at each epoch end (or every
+            ``cfg.eval_every`` steps) and after the last step; each call adds a point to the curve.
+        best_metric: a key of ``evaluate``'s metrics: the weights with its highest value are kept and
+            loaded into ``model`` at the end (best-by-dev checkpoint).
 
     Returns:
         dict: steps, epochs_run, final_loss (mean of the last ``log_every`` steps), seconds,
-        tokens_per_s (input chars incl. padding per second), device, resumed_from (step or None).
+        tokens_per_s (input chars incl. padding per second), device, processes, resumed_from (step or
+        None), curve (one dict per evaluation: step, epoch, train_loss and the metrics), best (the
+        curve point whose weights were kept, or None).
 
     Raises:
-        ValueError: no examples.
+        ValueError: no examples, or ``best_metric`` without ``evaluate``.
     """
     from accelerate import Accelerator
     from tqdm.auto import tqdm
 
+    if best_metric and evaluate is None:
+        raise ValueError("best_metric needs an evaluate function")
     get = examples if callable(examples) else (lambda epoch: examples)
     if not len(get(0)):
         raise ValueError("no training examples")
@@ -135,32 +207,51 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
     # one process: plain training on `device`; under `accelerate launch`/torchrun: DDP over the processes,
     # each taking every num_processes-th batch (the global batch is batch_size x num_processes)
     acc = Accelerator(cpu=device.type == "cpu", mixed_precision="bf16" if device.type == "cuda" else "no")
-    device, nproc, rank = acc.device, acc.num_processes, acc.process_index
+    device, nproc, rank, main = acc.device, acc.num_processes, acc.process_index, acc.is_main_process
     torch.manual_seed(cfg.seed)
     model.to(device).train()
-    per_epoch = math.ceil(len(get(0)) // nproc / (cfg.batch_size * cfg.grad_accum)) or 1
+    per_epoch = steps_per_epoch(len(get(0)), cfg, nproc)
     total = cfg.max_steps or per_epoch * cfg.epochs
     opt = _optimizer(model, cfg)
     sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
-    pos = {"step": 0, "epoch": 0, "batch": 0, "losses": [], "tokens": 0}
+    pos = {"step": 0, "epoch": 0, "batch": 0, "losses": [], "tokens": 0, "curve": [], "best": None}
+    sd = Path(state_dir) if state_dir is not None else None
+    best = _Best(sd)
     resumed = None
-    if state_dir is not None:
-        loaded = _load_state(Path(state_dir), model, opt, sched)
+    if sd is not None:
+        loaded = _load_state(sd, model, opt, sched)
         if loaded:
-            pos, resumed = loaded, loaded["step"]
+            pos, resumed = {**pos, **loaded}, loaded["step"]
             model.to(device)
             log(f"resumed from step {resumed}")
     unwrapped = model
     model, opt = acc.prepare(model, opt)
-    bar = tqdm(total=total, initial=pos["step"], desc="train", disable=not (acc.is_main_process and _tty()))
+
+    def checkpoint_eval() -> None:
+        if evaluate is not None and main and (not pos["curve"] or pos["curve"][-1]["step"] != pos["step"]):
+            point = {"step": pos["step"], "epoch": pos["epoch"], "train_loss": float(np.mean(pos["losses"])),
+                     **evaluate(unwrapped)}
+            unwrapped.train()
+            pos["curve"].append(point)
+            log("eval " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items()))
+            if best_metric and (pos["best"] is None or point[best_metric] > pos["best"][best_metric]):
+                pos["best"] = point
+                best.save(unwrapped)
+        acc.wait_for_everyone()
+
+    def save() -> None:
+        acc.wait_for_everyone()
+        if sd is not None and main:
+            _save_state(sd, unwrapped, opt, sched, pos)
+
+    bar = tqdm(total=total, initial=pos["step"], desc="train", disable=not (main and _tty()))
     t0 = time.perf_counter()
     tokens0 = pos["tokens"]
     while pos["step"] < total:
         data = get(pos["epoch"])
-        idx = batches(len(data), cfg.batch_size, np.random.default_rng([cfg.seed, pos["epoch"]]))
-        idx = idx[rank::nproc][: len(idx) // nproc or 1]
-        for k in range(pos["batch"], len(idx)):
-            batch = {key: v.to(device) for key, v in collate_fn([data[i] for i in idx[k]]).items()}
+        idx = rank_batches(len(data), cfg, pos["epoch"], rank, nproc)
+        for k, batch in enumerate(_loader(data, idx[pos["batch"]:], collate_fn, cfg, device), start=pos["batch"]):
+            batch = {key: v.to(device, non_blocking=True) for key, v in batch.items()}
             with acc.autocast():
                 loss = model(**batch).loss / cfg.grad_accum
             acc.backward(loss)
@@ -175,33 +266,39 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
             pos["batch"] = k + 1
             pos["losses"] = (pos["losses"] + [loss.item() * cfg.grad_accum])[-cfg.log_every:]
             bar.update(1)
-            if acc.is_main_process and (pos["step"] % cfg.log_every == 0 or pos["step"] == total):
+            if main and (pos["step"] % cfg.log_every == 0 or pos["step"] == total):
                 log(f"step {pos['step']}/{total} loss {np.mean(pos['losses']):.4f} lr {sched.get_last_lr()[0]:.2e}")
-            if state_dir is not None and cfg.save_every and pos["step"] % cfg.save_every == 0:
-                acc.wait_for_everyone()
-                if acc.is_main_process:
-                    _save_state(Path(state_dir), unwrapped, opt, sched, pos)
+            if cfg.eval_every and pos["step"] % cfg.eval_every == 0:
+                checkpoint_eval()
+            if cfg.save_every and pos["step"] % cfg.save_every == 0:
+                save()
             if on_step is not None:
                 on_step(pos["step"], total)
             if pos["step"] >= total:
                 break
         else:
             pos["epoch"], pos["batch"] = pos["epoch"] + 1, 0
+            if not cfg.eval_every and pos["step"] < total:
+                checkpoint_eval()
     bar.close()
-    if state_dir is not None and resumed != pos["step"] and acc.is_main_process:
-        _save_state(Path(state_dir), unwrapped, opt, sched, pos)  # final state: a rerun of a finished loop is a no-op
+    checkpoint_eval()
+    if resumed != pos["step"]:
+        save()  # final state: a rerun of a finished loop is a no-op
+    if best_metric:
+        best.restore(unwrapped)
     acc.wait_for_everyone()
     secs = time.perf_counter() - t0
     return {"steps": pos["step"], "epochs_run": pos["epoch"] + (1 if pos["batch"] else 0),
             "final_loss": float(np.mean(pos["losses"])), "seconds": secs,
             "tokens_per_s": (pos["tokens"] - tokens0) / secs if secs else 0.0, "device": str(device),
-            "processes": nproc, "resumed_from": resumed}
+            "processes": nproc, "resumed_from": resumed, "curve": pos["curve"], "best": pos["best"]}
 
 
 @torch.no_grad()
 def evaluate_pretraining(model: torch.nn.Module, examples: Sequence[dict], collate_fn: Callable,
                          cfg: TrainConfig) -> dict:
-    """MLM loss (mean over masked chars), MLM accuracy, perplexity = exp(MLM loss), NSP accuracy."""
+    """MLM loss (mean over masked chars, nats), MLM accuracy, perplexity = exp(MLM loss), NSP accuracy
+    of a :class:`~model.modeling.PolicyBertForPreTraining` on labelled examples."""
     device = resolve_device(cfg.device)
     model.to(device).eval()
     nll, hits, n_masked, nsp_hits, n = 0.0, 0, 0, 0, 0
@@ -209,12 +306,14 @@ def evaluate_pretraining(model: torch.nn.Module, examples: Sequence[dict], colla
         batch = {k: v.to(device) for k, v in collate_fn([examples[i] for i in b]).items()}
         with autocast(device):
             out = model(**batch)
-        logits = out.prediction_logits.float()
-        labels = batch["labels"]
-        sel = labels != -100
-        nll += torch.nn.functional.cross_entropy(logits[sel], labels[sel], reduction="sum").item()
-        hits += (logits[sel].argmax(-1) == labels[sel]).sum().item()
-        n_masked += int(sel.sum())
+        sel = batch["labels"] != -100
+        logits = out.prediction_logits.float()  # PolicyBERT scores masked positions only: (n_masked, vocab)
+        if logits.dim() == 3:  # a model that scores every position (transformers' BertForPreTraining)
+            logits = logits[sel]
+        target = batch["labels"][sel]
+        nll += torch.nn.functional.cross_entropy(logits, target, reduction="sum").item()
+        hits += (logits.argmax(-1) == target).sum().item()
+        n_masked += int(target.numel())
         nsp_hits += (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum().item()
         n += len(b)
     loss = nll / max(n_masked, 1)

@@ -131,7 +131,7 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
     m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
                                max_eval_examples=max_eval_examples,
                                on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
-    return {k: m[k] for k in ("dev", "test", "majority_test", "train")}
+    return {k: m[k] for k in ("dev", "test", "majority_test", "baselines", "best_step", "train")}
 
 
 _INDEX_KEY = dict(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL))

@@ -32,8 +32,17 @@ def test_forward_shapes_and_backward(fusion):
     torch.manual_seed(0)
     m = PolicyBertForPreTraining(tiny_config(fusion))
     b = tiny_batch()
-    out = m(**b, labels=b["input_ids"], next_sentence_label=torch.tensor([0, 1]))
-    assert out.prediction_logits.shape == (2, 10, 60) and out.seq_relationship_logits.shape == (2, 2)
+    labels = torch.full_like(b["input_ids"], -100)
+    labels[:, 2:5] = b["input_ids"][:, 2:5]
+    out = m(**b, labels=labels, next_sentence_label=torch.tensor([0, 1]))
+    # with labels, the vocabulary is scored at the 6 labelled positions only
+    assert out.prediction_logits.shape == (6, 60) and out.seq_relationship_logits.shape == (2, 2)
+    full = m.eval()(**b).prediction_logits
+    assert full.shape == (2, 10, 60)
+    assert torch.allclose(m(**b, labels=labels, next_sentence_label=torch.tensor([0, 1])).prediction_logits,
+                          full[:, 2:5].reshape(6, 60), atol=1e-5)
+    m.train()
+    out = m(**b, labels=labels, next_sentence_label=torch.tensor([0, 1]))
     out.loss.backward()
     assert m.bert.word_embeddings.word_embeddings.weight.grad.abs().sum() > 0  # words reach the loss
     assert m.cls.predictions.decoder.weight is m.bert.embeddings.word_embeddings.weight
@@ -52,6 +61,56 @@ def test_words_change_the_output():
 def test_gate_bias_starts_open():
     m = PolicyBertForSequenceClassification(tiny_config("gate"))
     assert torch.all(m.bert.encoder.fusion[0].gate.bias == 5.0)
+
+
+def test_gate_bias_is_open_when_from_pretrained_fills_in_missing_fusion_weights(tmp_path):
+    """The path that initialises weights missing from a checkpoint keeps the gate bias at 5.0 too."""
+    from safetensors.torch import load_file, save_file
+
+    m = PolicyBertForSequenceClassification(tiny_config("gate", num_labels=2))
+    m.save_pretrained(tmp_path)
+    sd = load_file(tmp_path / "model.safetensors")
+    save_file({k: v for k, v in sd.items() if ".fusion." not in k}, tmp_path / "model.safetensors",
+              metadata={"format": "pt"})
+    again = PolicyBertForSequenceClassification.from_pretrained(tmp_path)
+    assert torch.all(again.bert.encoder.fusion[0].gate.bias == 5.0)
+    assert not torch.equal(again.bert.encoder.fusion[0].gate.weight, torch.zeros_like(again.bert.encoder.fusion[0].gate.weight))
+
+
+def _collate_reference(examples, max_words, pad_id=0):
+    """The per-word loop collate replaced by the vectorised one (kept here as the oracle)."""
+    b, seq = len(examples), max(len(e["input_ids"]) for e in examples)
+    w = max(1, min(max_words, max(len(e["word_ids"]) for e in examples)))
+    ids = torch.full((b, seq), pad_id, dtype=torch.long)
+    mm = torch.zeros((b, w, seq))
+    wid = torch.zeros((b, w), dtype=torch.long)
+    mlm = torch.full((b, seq), -100, dtype=torch.long)
+    for i, e in enumerate(examples):
+        ids[i, :len(e["input_ids"])] = torch.tensor(list(e["input_ids"]))
+        mlm[i, :len(e["input_ids"])] = torch.tensor(list(e["mlm_labels"]))
+        for q, (wd, (start, length)) in enumerate(zip(list(e["word_ids"])[:w], list(e["word_spans"])[:w])):
+            wid[i, q] = int(wd)
+            mm[i, q, int(start):int(start) + int(length)] = 1.0
+    return ids, wid, mm, mlm
+
+
+def test_vectorised_collate_matches_the_per_word_loop():
+    rng = np.random.default_rng(0)
+    ex = []
+    for i in range(9):
+        n = int(rng.integers(3, 30))
+        k = int(rng.integers(0, 12))
+        starts = rng.integers(1, n - 1, size=k)
+        spans = np.stack([starts, np.minimum(rng.integers(1, 5, size=k), n - starts)], axis=1) if k else np.zeros((0, 2))
+        ex.append({"input_ids": np.asarray(rng.integers(5, 50, n)), "token_type_ids": [0] * n,
+                   "word_ids": np.asarray(rng.integers(1, 20, k)), "word_spans": [np.asarray(s) for s in spans.astype(int)],
+                   "mlm_labels": np.where(rng.random(n) < 0.2, rng.integers(5, 50, n), -100), "nsp_label": i % 2})
+    got = collate(ex, max_words=8, pad_id=0)
+    ids, wid, mm, mlm = _collate_reference(ex, 8)
+    assert torch.equal(got["input_ids"], ids) and torch.equal(got["word_ids"], wid)
+    assert torch.equal(got["matching_matrix"], mm) and torch.equal(got["labels"], mlm)
+    assert got["attention_mask"].sum().item() == sum(len(e["input_ids"]) for e in ex)
+    assert got["next_sentence_label"].tolist() == [i % 2 for i in range(9)]
 
 
 def test_attn_fusion_masks_padding():

@@ -130,14 +130,17 @@ def test_ablation_flow_table(pipeline_run, real_slice):
     from flows.ablation import policybert_ablation
 
     data, _, _ = pipeline_run
-    rows = policybert_ablation(str(real_slice), str(data), "tiny", fusions=["none", "attn"])
-    assert [(r["fusion"], r["dataset"]) for r in rows] == [("none", "policysm1"), ("none", "policysm2"),
-                                                           ("attn", "policysm1"), ("attn", "policysm2")]
-    table = read_table(data / L.ABLATION)
-    assert len(table) == 4 and set(table.columns) >= {"mlm_loss", "nsp_accuracy", "test_accuracy", "test_f1"}
-    for fusion in ("none", "attn"):
-        cfg = json.loads((data / L.ABLATION_MODELS / fusion / "pretrain" / "config.json").read_text())
-        assert cfg["fusion"] == fusion
+    table = policybert_ablation(str(real_slice), str(data), "tiny", models=["plain", "attn"], seeds=2)
+    assert [t["model"] for t in table] == ["plain", "attn", "majority", "overlap_lr"]
+    assert [t["seeds"] for t in table] == [2, 2, 1, 1]
+    assert " ± " in table[0]["policysm1_test_accuracy"] and " ± " in table[1]["nsp_accuracy"]
+    rows = read_table(data / L.ABLATION)
+    assert len(rows) == 6 and set(rows.columns) >= {"mlm_loss", "nsp_accuracy", "policysm2_test_f1", "seed"}
+    assert rows[rows.model == "overlap_lr"]["mlm_loss"].isna().all()
+    for model, model_type in (("plain", "bert"), ("attn", "policybert")):
+        for seed in (13, 14):
+            cfg = json.loads((data / L.ABLATION_MODELS / model / f"seed={seed}" / "pretrain" / "config.json").read_text())
+            assert cfg["model_type"] == model_type and cfg.get("fusion", "plain") == model
 
 
 def test_pipeline_from_a_crawl_of_local_hosts(prefect_harness, real_slice, tmp_path):
@@ -171,7 +174,8 @@ def test_pipeline_from_a_crawl_of_local_hosts(prefect_harness, real_slice, tmp_p
 
 
 def test_killed_run_resumes_at_the_first_unfinished_task(real_slice, tmp_path):
-    """SIGKILL the CLI while it trains, rerun it: the finished stages are cache hits, the rest runs."""
+    """SIGKILL the CLI while it pretrains, once a training state is on disk; rerun it: the finished
+    stages are cache hits and pretraining resumes from the saved step, not from step 0."""
     import os
     import re
     import signal
@@ -180,25 +184,30 @@ def test_killed_run_resumes_at_the_first_unfinished_task(real_slice, tmp_path):
     data = tmp_path / "data"
     cmd = [sys.executable, "-m", "flows.pipeline", "--input", str(real_slice), "--data-dir", str(data),
            "--profile", "tiny"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
-    seen = []
+    position = data / "models" / ".pretrain.train-state" / "trainer_state" / "position.json"
     deadline = _time.monotonic() + 240
-    for line in proc.stdout:
-        seen.append(line)
-        if "Task run 'pretrain-data" in line and "Completed" in line:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, server included
-            break
-        assert _time.monotonic() < deadline, "".join(seen[-20:])
+    while not position.is_file():
+        assert proc.poll() is None, "the run ended before pretraining saved a state"
+        assert _time.monotonic() < deadline, "no training state within 240 s"
+        _time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole process group, server included
     proc.wait(timeout=60)
-    assert not (data / L.FINETUNED_MODEL).exists()
+    saved = json.loads(position.read_text())["step"]
+    assert saved > 0 and not (data / L.PRETRAINED_MODEL).exists()
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    states = dict(re.findall(r"Task run '([\w-]+)-\w{3}' - Finished in state (\w+)", out.stdout + out.stderr))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    states = dict(re.findall(r"Task run '([\w-]+)-\w{3}' - Finished in state (\w+)", log))
     for t in ("import-documents", "clean", "sentences", "segment", "vocab", "datasets", "pretrain-data"):
         assert states[t] == "Cached", (t, states)
     for t in ("pretrain", "finetune", "index"):
         assert states[t] == "Completed", (t, states)
+    resumed = [int(n) for n in re.findall(r"resumed from step (\d+)", log)]
+    assert resumed and resumed[0] >= saved, log[-3000:]
+    metrics = json.loads((data / L.PRETRAINED_MODEL / "metrics.json").read_text())
+    assert metrics["train"]["resumed_from"] == resumed[0] and metrics["train"]["steps"] == 60
 
 
 def test_outputs_are_assets_with_upstream_lineage(pipeline_run):

@@ -10,6 +10,7 @@ from model import PolicyBertConfig, PolicyBertForPreTraining, PolicyBertForSeque
 from model.backbones import BackboneError, config_from_backbones, init_from_backbones, load_state_dict
 from model.features import collate
 from model.training import TrainConfig, train
+from tests.conftest import REPO
 
 
 def _examples(n=40, seed=0):
@@ -71,7 +72,10 @@ def _bge_like(tmp_path):
 
 def _zen_like(tmp_path, words):
     """A ZEN-format checkpoint: pytorch_model.bin with bert.word_embeddings.* (gamma/beta LayerNorm
-    names) and bert.encoder.word_layers.*, config.json with num_hidden_word_layers, ngram.txt."""
+    names) and bert.encoder.word_layers.*, config.json with num_hidden_word_layers, and ngram.txt in
+    ZEN's own format: one ``ngram,freq`` line per n-gram and no ``[pad]`` line, since ZEN's
+    ``ZenNgramDict`` (ZEN/ngram_utils.py) seeds ``{"[pad]": 0}`` itself and gives line i the id i + 1,
+    the row of word_embeddings.word_embeddings.weight (len(words) + 1 rows, row 0 = padding)."""
     torch.manual_seed(2)
     donor = PolicyBertForPreTraining(PolicyBertConfig(
         vocab_size=70, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -84,13 +88,15 @@ def _zen_like(tmp_path, words):
     d.mkdir()
     torch.save(sd, d / "pytorch_model.bin")
     (d / "config.json").write_text(json.dumps({"hidden_size": 32, "num_hidden_word_layers": 1, "word_size": len(words) + 1}))
-    (d / "ngram.txt").write_text("\n".join(["[pad]"] + words) + "\n", encoding="utf-8")
+    (d / "ngram.txt").write_text("".join(f"{w},{1000 - 10 * i}\n" for i, w in enumerate(words)), encoding="utf-8")
     return d, sd
 
 
 def test_init_from_bge_and_zen_backbones(tmp_path):
     bge, bert = _bge_like(tmp_path)
-    zen, zsd = _zen_like(tmp_path, ["数据", "要素", "市场"])
+    zen_words = ["数据", "要素", "市场"]
+    zen, zsd = _zen_like(tmp_path, zen_words)
+    assert not (zen / "ngram.txt").read_text(encoding="utf-8").startswith("[pad]")
     ours = ["要素", "制度", "数据"]  # ids 1..3; 制度 is unknown to ZEN
     cfg = config_from_backbones(str(bge), str(zen), fusion="gate", word_vocab_size=len(ours) + 1, max_words=8)
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_word_layers, cfg.vocab_size) == (32, 2, 1, 70)
@@ -104,8 +110,14 @@ def test_init_from_bge_and_zen_backbones(tmp_path):
                        zsd["bert.encoder.word_layers.0.output.dense.weight"])
     assert torch.equal(sd["bert.word_embeddings.LayerNorm.weight"], zsd["bert.word_embeddings.LayerNorm.gamma"])
     zen_emb = zsd["bert.word_embeddings.word_embeddings.weight"]
-    assert torch.equal(sd["bert.word_embeddings.word_embeddings.weight"][1], zen_emb[2])  # 要素 = ZEN row 2
-    assert torch.equal(sd["bert.word_embeddings.word_embeddings.weight"][3], zen_emb[1])  # 数据 = ZEN row 1
+    ours_emb = sd["bert.word_embeddings.word_embeddings.weight"]
+    # ZEN's id for the word on 0-based line i of ngram.txt is i + 1 (row 0 is ZEN's [pad])
+    for our_id, w in ((1, "要素"), (3, "数据")):
+        zen_row = zen_words.index(w) + 1
+        assert torch.equal(ours_emb[our_id], zen_emb[zen_row]), (w, zen_row)
+        assert not torch.equal(ours_emb[our_id], zen_emb[zen_row - 1]), w  # the old off-by-one row
+    assert torch.equal(ours_emb[1], zen_emb[2]) and torch.equal(ours_emb[3], zen_emb[1])  # 要素 = 2, 数据 = 1
+    assert not any(torch.equal(ours_emb[2], zen_emb[r]) for r in range(zen_emb.shape[0]))  # 制度 stays fresh
     assert rep["word_rows_from_zen"] == 2
     assert any(n.startswith("bert.encoder.fusion.0.gate") for n in rep["new"])
     assert not any(n.startswith(("bert.encoder.layer.", "bert.embeddings.")) for n in rep["new"])
@@ -114,6 +126,121 @@ def test_init_from_bge_and_zen_backbones(tmp_path):
     assert torch.all(model.bert.encoder.fusion[0].gate.bias == 5.0)  # new fusion keeps its open gate
 
 
+def test_zen_ngram_ids_follow_zen_reader(tmp_path):
+    """ZEN's ZenNgramDict numbers ngram.txt by line (id = line index + 1, 0 = [pad]): a line that is not
+    ``ngram,freq`` (blank, or a bare ``[pad]``) is skipped but keeps its id, a repeated n-gram keeps
+    its last id; init_from_backbones copies exactly those rows."""
+    from model.backbones import read_zen_ngram_ids
+
+    zen, zsd = _zen_like(tmp_path, ["数据", "要素", "市场", "制度", "规则", "平台"])
+    (zen / "ngram.txt").write_text("数据,90\n\n要素,80\n[pad]\n市场,70\n数据,60\n", encoding="utf-8")
+    ids, malformed = read_zen_ngram_ids(zen / "ngram.txt")
+    assert ids == {"数据": 6, "要素": 3, "市场": 5} and malformed == 2
+    ours = ["市场", "数据", "要素", "[pad]"]
+    cfg = PolicyBertConfig(vocab_size=70, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=64, num_word_layers=1,
+                           word_vocab_size=len(ours) + 1)
+    model = PolicyBertForPreTraining(cfg)
+    rep = init_from_backbones(model, None, str(zen), ours)
+    zen_emb = zsd["bert.word_embeddings.word_embeddings.weight"]
+    ours_emb = model.state_dict()["bert.word_embeddings.word_embeddings.weight"]
+    for our_id, zen_row in ((1, 5), (2, 6), (3, 3)):
+        assert torch.equal(ours_emb[our_id], zen_emb[zen_row]), (our_id, zen_row)
+    assert not torch.equal(ours_emb[4], zen_emb[0])  # ZEN's [pad] row 0 is never copied
+    assert rep["word_rows_from_zen"] == 3
+    assert any("ngram.txt 2 line(s)" in r for r in rep["skipped"])
+
+
 def test_backbone_errors(tmp_path):
     with pytest.raises(BackboneError, match="no model.safetensors"):
         load_state_dict(tmp_path)
+
+
+def _dev_accuracy(data):
+    from model.training import evaluate_classifier
+
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    return lambda m: evaluate_classifier(m, data, fn, TrainConfig(device="cpu"))
+
+
+def test_finetuning_is_one_run_over_its_epochs_and_keeps_the_best_by_dev():
+    """One AdamW and one warmup + decay over all 3 epochs (the lr never jumps back up at an epoch
+    boundary), dev evaluated at each epoch end, and the model ends on the best-by-dev weights."""
+    import re
+
+    data, dev = _examples(48, seed=1), _examples(40, seed=2)
+    cfg = TrainConfig(epochs=3, batch_size=8, lr=3e-3, warmup_ratio=0.2, log_every=1, save_every=0, seed=3)
+    lines = []
+    model = _model()
+    run = train(model, data, lambda ex: collate(ex, 4), cfg, log=lines.append, evaluate=_dev_accuracy(dev),
+                best_metric="accuracy")
+    lrs = [float(m) for m in re.findall(r"lr ([\d.e+-]+)", "\n".join(lines))]  # after each step: 3 warmup steps
+    assert run["steps"] == 18 and len(lrs) == 18
+    peak = lrs.index(max(lrs))
+    assert peak == 2 and all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:])) and lrs[-1] == 0.0
+    assert [p["step"] for p in run["curve"]] == [6, 12, 18]
+    best = max(run["curve"], key=lambda p: p["accuracy"])
+    assert run["best"]["step"] == best["step"]
+    assert _dev_accuracy(dev)(model)["accuracy"] == best["accuracy"]  # the kept weights are the best ones
+
+
+def test_a_tampered_training_state_is_refused(tmp_path):
+    """The training state loads with weights_only=True: a pickle that runs code raises instead."""
+    import pickle
+
+    cfg = TrainConfig(epochs=1, batch_size=8, save_every=2, log_every=100)
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    train(_model(), _examples(), fn, cfg, log=lambda s: None, state_dir=tmp_path)
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({"model": Payload()}, tmp_path / "trainer_state" / "state.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        train(_model(), _examples(), fn, cfg, log=lambda s: None, state_dir=tmp_path)
+    assert not marker.exists()
+
+
+def test_rank_batches_split_an_epoch_evenly():
+    from model.training import rank_batches, steps_per_epoch
+
+    cfg = TrainConfig(batch_size=8, grad_accum=2, seed=1)
+    parts = [rank_batches(100, cfg, epoch=0, rank=r, nproc=3) for r in range(3)]
+    assert {len(p) for p in parts} == {4}  # 13 batches -> 4 per rank, the 13th dropped
+    seen = np.concatenate([b for p in parts for b in p])
+    assert len(seen) == len(set(seen.tolist()))  # no example on two ranks
+    assert steps_per_epoch(100, cfg, nproc=3) == 2 and steps_per_epoch(100, cfg, nproc=1) == 7
+
+
+def test_under_two_processes_only_the_main_one_evaluates_and_saves(tmp_path):
+    """torchrun with 2 CPU processes (gloo): both train, rank 0 alone evaluates and writes the state."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp.py"
+    script.write_text(f"""
+import json, os, sys
+sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]
+from test_training import _examples, _model
+from model.features import collate
+from model.training import TrainConfig, train
+from tests.conftest import REPO
+rank = int(os.environ["RANK"])
+calls = []
+cfg = TrainConfig(epochs=2, batch_size=4, save_every=1, log_every=100, device="cpu")
+run = train(_model(), _examples(), lambda ex: collate(ex, 4), cfg, log=lambda s: None,
+            state_dir={str(tmp_path / 'state')!r}, evaluate=lambda m: calls.append(1) or {{"accuracy": 0.5}},
+            on_step=lambda s, t: open({str(tmp_path)!r} + f"/steps{{rank}}", "a").write(f"{{s}}\\n"))
+json.dump({{"evals": len(calls), "steps": run["steps"], "processes": run["processes"]}},
+          open({str(tmp_path)!r} + f"/rank{{rank}}.json", "w"))
+""")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["processes"] == r1["processes"] == 2
+    assert r0["steps"] == r1["steps"] == 10  # 40 examples / 4 = 10 batches -> 5 per rank per epoch, 2 epochs
+    assert r0["evals"] == 2 and r1["evals"] == 0  # epoch 1 end + the last step, on rank 0 only
+    assert json.loads((tmp_path / "state" / "trainer_state" / "position.json").read_text())["step"] == 10
