@@ -153,8 +153,8 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
                 state_dir=_state_dir(out_dir), on_step=on_step,
                 evaluate=(lambda m: evaluate_pretraining(m, curve_set, fn, cfg)) if held else None)
-    if not is_main_process():
-        return run  # under accelerate launch only rank 0 evaluates and writes the checkpoint
+    if not is_main_process():  # under accelerate launch only rank 0 evaluates and writes the checkpoint
+        return {"train": run, "heldout": None, "init_report": None}
     metrics = {"train": run, "heldout": evaluate_pretraining(model, held, fn, cfg) if held else None,
                "config": {k: getattr(config, k, None) for k in ("model_type", "fusion", "hidden_size", "num_hidden_layers",
                                                            "num_word_layers", "vocab_size", "word_vocab_size")},
@@ -213,7 +213,7 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
     run = train(model, data["train"], fn, cfg, log_fn, state_dir=_state_dir(out_dir), on_step=on_step,
                 evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
     if not is_main_process():
-        return run
+        return {"train": run, **dict.fromkeys(("best_step", "dev", "test", "majority_test", "baselines"))}
     metrics = {"train": run, "best_step": run["best"]["step"] if run["best"] else None,
                "dev": evaluate_classifier(model, data["dev"], fn, cfg),
                "test": evaluate_classifier(model, data["test"], fn, cfg),
