@@ -15,7 +15,7 @@ import argparse
 import json
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from model.baselines import pair_baselines

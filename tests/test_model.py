@@ -77,21 +77,16 @@ def test_gate_bias_is_open_when_from_pretrained_fills_in_missing_fusion_weights(
     assert not torch.equal(again.bert.encoder.fusion[0].gate.weight, torch.zeros_like(again.bert.encoder.fusion[0].gate.weight))
 
 
-def _collate_reference(examples, max_words, pad_id=0):
-    """The per-word loop collate replaced by the vectorised one (kept here as the oracle)."""
-    b, seq = len(examples), max(len(e["input_ids"]) for e in examples)
-    w = max(1, min(max_words, max(len(e["word_ids"]) for e in examples)))
-    ids = torch.full((b, seq), pad_id, dtype=torch.long)
-    mm = torch.zeros((b, w, seq))
-    wid = torch.zeros((b, w), dtype=torch.long)
-    mlm = torch.full((b, seq), -100, dtype=torch.long)
-    for i, e in enumerate(examples):
-        ids[i, :len(e["input_ids"])] = torch.tensor(list(e["input_ids"]))
-        mlm[i, :len(e["input_ids"])] = torch.tensor(list(e["mlm_labels"]))
-        for q, (wd, (start, length)) in enumerate(zip(list(e["word_ids"])[:w], list(e["word_spans"])[:w])):
-            wid[i, q] = int(wd)
-            mm[i, q, int(start):int(start) + int(length)] = 1.0
-    return ids, wid, mm, mlm
+def _collate_loop():
+    """The per-word loop collate the vectorised one replaced (kept in bench/model_bench.py as its timing reference)."""
+    import importlib.util
+
+    from tests.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("model_bench", REPO / "bench" / "model_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.collate_loop
 
 
 def test_vectorised_collate_matches_the_per_word_loop():
@@ -105,10 +100,9 @@ def test_vectorised_collate_matches_the_per_word_loop():
         ex.append({"input_ids": np.asarray(rng.integers(5, 50, n)), "token_type_ids": [0] * n,
                    "word_ids": np.asarray(rng.integers(1, 20, k)), "word_spans": [np.asarray(s) for s in spans.astype(int)],
                    "mlm_labels": np.where(rng.random(n) < 0.2, rng.integers(5, 50, n), -100), "nsp_label": i % 2})
-    got = collate(ex, max_words=8, pad_id=0)
-    ids, wid, mm, mlm = _collate_reference(ex, 8)
-    assert torch.equal(got["input_ids"], ids) and torch.equal(got["word_ids"], wid)
-    assert torch.equal(got["matching_matrix"], mm) and torch.equal(got["labels"], mlm)
+    got, ref = collate(ex, max_words=8, pad_id=0), _collate_loop()(ex, 8, 0)
+    for key in ("input_ids", "word_ids", "matching_matrix", "labels"):
+        assert torch.equal(got[key], ref[key]), key
     assert got["attention_mask"].sum().item() == sum(len(e["input_ids"]) for e in ex)
     assert got["next_sentence_label"].tolist() == [i % 2 for i in range(9)]
 
