@@ -127,7 +127,8 @@ def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, o
       cache_key_fn=content_cache_key(inputs=("{pretrained}", "{dataset}"), packages=MODEL), **CACHED)
 def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None,
              pretrained: str = L.PRETRAINED_MODEL, dataset: str = L.POLICYSM1, out: str = L.FINETUNED_MODEL) -> dict:
-    """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out`` with dev/test accuracy and F1 (best round by dev)."""
+    """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out``: dev/test accuracy and F1 of the best-by-dev
+    checkpoint, beside the non-neural baselines."""
     m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
                                max_eval_examples=max_eval_examples,
                                on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
