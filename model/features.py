@@ -157,8 +157,11 @@ def select_words(words: list[tuple[int, int, int]], max_words: int, rng: np.rand
                  mlm_labels: Sequence[int] | None = None) -> tuple[list[int], list[tuple[int, int]]]:
     """Word ids and ``(start, length)`` spans kept for an example: with ``mlm_labels`` every word
     overlapping a predicted position (label != -100: masked, replaced or kept) is dropped first, so
-    no word id reveals a masked char (as ZEN matches n-grams after masking); then the words are
-    shuffled with ``rng`` and cut to ``max_words`` (SPEC §6)."""
+    no word id reveals a masked char; then the words are shuffled with ``rng`` and cut to
+    ``max_words`` (SPEC §6). ZEN matches n-grams on the masked text, which drops the words over
+    masked chars too but keeps those over the 10 % kept ones; dropping those as well is stricter
+    (nothing about a predicted char reaches the word encoder) at the cost of a faint cue that a
+    kept char is a target."""
     if mlm_labels is not None:
         hidden = np.flatnonzero(np.asarray(mlm_labels) != -100)
         if len(hidden):

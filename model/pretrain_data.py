@@ -6,8 +6,9 @@ the thesis code made every B random, a trivial task. Whole-word masking: the seg
 and B are the masking units; units are drawn until ``mask_prob`` of the chars are covered, and
 each chosen unit is replaced as a whole by ``[MASK]`` (80%), random chars (10%) or kept (10%).
 Vocabulary words are matched after masking: a word that overlaps any predicted char is dropped from
-``word_ids``/``word_spans`` before the ``max_words`` cap (as ZEN does), so the word encoder never sees
-the identity of a masked word. Deterministic per (seed, epoch).
+``word_ids``/``word_spans`` before the ``max_words`` cap (as ZEN drops the n-grams broken by
+``[MASK]``; here also those over kept and replaced chars), so the word encoder never sees the identity
+of a masked word. Deterministic per (seed, epoch).
 """
 from __future__ import annotations
 

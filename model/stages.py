@@ -25,7 +25,7 @@ from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
 from model.modeling import PolicyBertForPreTraining, PolicyBertModel
 from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
-from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, is_main_process, train
+from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
 from storage import atomic_path, code_version, manifest_fingerprint, read_manifest, read_table, write_table
 
 MODEL_PACKAGES = ("model", "storage")
@@ -115,6 +115,8 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
     and saves the checkpoint with ``metrics.json`` (incl. the backbone init report) atomically.
     """
+    if model_kwargs.get("fusion") == PLAIN_BERT and (char_backbone or word_backbone):
+        raise ValueError("the plain BERT baseline trains from scratch: it takes no --char/--word-backbone")
     enc = CharEncoder.from_dir(tokenizer_dir)
     word_list = [w for w in (Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines() if w]
     matcher = WordMatcher(word_list)
@@ -153,8 +155,14 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
                 state_dir=_state_dir(out_dir), on_step=on_step,
                 evaluate=(lambda m: evaluate_pretraining(m, curve_set, fn, cfg)) if held else None)
-    if not is_main_process():  # under accelerate launch only rank 0 evaluates and writes the checkpoint
-        return {"train": run, "heldout": None, "init_report": None}
+    return on_main_process(lambda: _finish_pretraining(
+        model, run, held, fn, cfg, config, init_report, epochs, pretrain_root, tokenizer_dir, vocab_dir, out_dir,
+        char_backbone, word_backbone), {"train": run, "heldout": None, "init_report": None})
+
+
+def _finish_pretraining(model, run, held, fn, cfg, config, init_report, epochs, pretrain_root, tokenizer_dir,
+                        vocab_dir, out_dir, char_backbone, word_backbone) -> dict:
+    """Held-out evaluation and the atomic checkpoint write of :func:`pretrain_stage` (main process)."""
     metrics = {"train": run, "heldout": evaluate_pretraining(model, held, fn, cfg) if held else None,
                "config": {k: getattr(config, k, None) for k in ("model_type", "fusion", "hidden_size", "num_hidden_layers",
                                                            "num_word_layers", "vocab_size", "word_vocab_size")},
@@ -210,16 +218,23 @@ def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_l
             (("train", train_df), ("dev", split["dev"]), ("test", split["test"]))}
     # one run over all epochs (one optimiser, one warmup + decay); dev accuracy at each epoch end (or
     # every eval_every steps) and after the last step; the best-by-dev weights are kept
+    # the baselines first: fitted on the same train rows as the model (a one-label split raises before training)
+    baselines = pair_baselines({"train": train_df, "dev": split["dev"], "test": split["test"]})
     run = train(model, data["train"], fn, cfg, log_fn, state_dir=_state_dir(out_dir), on_step=on_step,
                 evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
-    if not is_main_process():
-        return {"train": run, **dict.fromkeys(("best_step", "dev", "test", "majority_test", "baselines"))}
+    return on_main_process(lambda: _finish_finetuning(model, run, data, split, baselines, fn, cfg, pretrained_dir,
+                                                      dataset_dir, out_dir),
+                           {"train": run, **dict.fromkeys(("best_step", "dev", "test", "majority_test", "baselines"))})
+
+
+def _finish_finetuning(model, run, data, split, baselines, fn, cfg, pretrained_dir, dataset_dir, out_dir) -> dict:
+    """Dev/test evaluation of the kept checkpoint and its atomic write for :func:`finetune_stage` (main process)."""
     metrics = {"train": run, "best_step": run["best"]["step"] if run["best"] else None,
                "dev": evaluate_classifier(model, data["dev"], fn, cfg),
                "test": evaluate_classifier(model, data["test"], fn, cfg),
                "majority_test": float(max(split["test"]["label"].mean(), 1 - split["test"]["label"].mean()))
                if len(split["test"]) else None,
-               "baselines": pair_baselines(split),
+               "baselines": baselines,
                "dataset": read_manifest(dataset_dir)["name"], "train_config": asdict(cfg),
                "inputs": {"dataset": manifest_fingerprint(dataset_dir),
                           "pretrained": json.loads(Path(pretrained_dir, "metrics.json").read_text()).get("inputs")}}

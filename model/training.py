@@ -4,8 +4,9 @@ Device ``auto`` picks CUDA (bf16 autocast) when present, else CPU. AdamW with li
 (transformers), gradient accumulation, gradient clipping, seeded data order per epoch. With a
 ``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, data
 position) every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and
-ends with the same weights as an uninterrupted run with the same seed. Several GPUs: start the same
-code under ``accelerate launch`` (or ``torchrun``); the loop runs DDP through ``accelerate``.
+ends with the same weights as an uninterrupted run with the same seed (in one process; under DDP the
+state holds rank 0's RNG, so a resumed multi-GPU run draws other dropout masks). Several GPUs: start the
+same code under ``accelerate launch`` (or ``torchrun``); the loop runs DDP through ``accelerate``.
 """
 from __future__ import annotations
 
@@ -75,6 +76,16 @@ def is_main_process() -> bool:
     return PartialState().is_main_process
 
 
+def on_main_process(fn: Callable[[], dict], other: dict) -> dict:
+    """``fn()`` (evaluation, checkpoint writes) on the main process, ``other`` elsewhere; then every rank
+    waits for the others, so no rank reads a checkpoint before rank 0 has written it."""
+    from accelerate import PartialState
+
+    out = fn() if is_main_process() else other
+    PartialState().wait_for_everyone()
+    return out
+
+
 def autocast(device: torch.device):
     """bf16 autocast on CUDA, a no-op context on CPU."""
     if device.type == "cuda":
@@ -92,13 +103,15 @@ def rank_batches(n: int, cfg: TrainConfig, epoch: int, rank: int = 0, nproc: int
     """The batches process ``rank`` of ``nproc`` runs in ``epoch``: every nproc-th batch of the
     epoch's seeded shuffle, cut to the same count on every rank (at least 1)."""
     idx = batches(n, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]))
-    return idx[rank::nproc][: len(idx) // nproc or 1]
+    if len(idx) < nproc:  # fewer batches than ranks: repeat them, so that every rank steps (and syncs) alike
+        idx = [idx[i % len(idx)] for i in range(nproc)]
+    return idx[rank::nproc][: len(idx) // nproc]
 
 
 def steps_per_epoch(n: int, cfg: TrainConfig, nproc: int = 1) -> int:
     """Optimiser steps one epoch of ``n`` examples takes: the batches each rank runs
     (:func:`rank_batches`) over ``grad_accum``, the last partial accumulation counting as a step."""
-    per_rank = max(1, math.ceil(n / cfg.batch_size) // nproc)
+    per_rank = max(1, math.ceil(n / cfg.batch_size) // nproc)  # = len(rank_batches(...))
     return math.ceil(per_rank / cfg.grad_accum)
 
 
@@ -208,7 +221,7 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
     # each taking every num_processes-th batch (the global batch is batch_size x num_processes)
     acc = Accelerator(cpu=device.type == "cpu", mixed_precision="bf16" if device.type == "cuda" else "no")
     device, nproc, rank, main = acc.device, acc.num_processes, acc.process_index, acc.is_main_process
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed + rank)  # one dropout stream per rank
     model.to(device).train()
     per_epoch = steps_per_epoch(len(get(0)), cfg, nproc)
     total = cfg.max_steps or per_epoch * cfg.epochs
@@ -238,6 +251,8 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
                 pos["best"] = point
                 best.save(unwrapped)
         acc.wait_for_everyone()
+        if best_metric:
+            save()  # right after best.pt, so that a resumed run knows which evaluation it holds
 
     def save() -> None:
         acc.wait_for_everyone()

@@ -212,6 +212,8 @@ def test_rank_batches_split_an_epoch_evenly():
     seen = np.concatenate([b for p in parts for b in p])
     assert len(seen) == len(set(seen.tolist()))  # no example on two ranks
     assert steps_per_epoch(100, cfg, nproc=3) == 2 and steps_per_epoch(100, cfg, nproc=1) == 7
+    few = [rank_batches(10, cfg, epoch=0, rank=r, nproc=3) for r in range(3)]  # 2 batches for 3 ranks
+    assert [len(p) for p in few] == [1, 1, 1] and steps_per_epoch(10, cfg, nproc=3) == 1
 
 
 def test_under_two_processes_only_the_main_one_evaluates_and_saves(tmp_path):
