@@ -21,8 +21,7 @@ from model.training import autocast, resolve_device
 from storage import layout as L
 from storage import read_table
 
-SIZES = {"small": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=256, num_word_layers=1),
-         "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, num_word_layers=6)}
+from model_bench import SIZES  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def main() -> None:

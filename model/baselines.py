@@ -45,7 +45,8 @@ def overlap_features(pairs: pd.DataFrame, idf: dict[str, float], avgdl: float) -
     return np.asarray(rows, dtype=float).reshape(-1, 5)
 
 
-def _scores(pred: np.ndarray, gold: np.ndarray) -> dict:
+def classification_scores(pred: np.ndarray, gold: np.ndarray) -> dict:
+    """Accuracy, F1 of the positive class (label 1) and the number of examples of 0/1 predictions."""
     tp = int(((pred == 1) & (gold == 1)).sum())
     prec, rec = tp / max(int((pred == 1).sum()), 1), tp / max(int((gold == 1).sum()), 1)
     return {"accuracy": float((pred == gold).mean()) if len(gold) else 0.0,
@@ -81,7 +82,7 @@ def pair_baselines(splits: dict[str, pd.DataFrame]) -> dict:
     out: dict = {"majority": {}, "overlap_lr": {}}
     for s in ("dev", "test"):
         gold = splits[s]["label"].to_numpy()
-        out["majority"][s] = _scores(np.full(len(gold), major), gold)
+        out["majority"][s] = classification_scores(np.full(len(gold), major), gold)
         pred = clf.predict(overlap_features(splits[s], idf, avgdl)) if len(gold) else np.array([])
-        out["overlap_lr"][s] = _scores(pred, gold)
+        out["overlap_lr"][s] = classification_scores(pred, gold)
     return out

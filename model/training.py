@@ -349,9 +349,6 @@ def evaluate_classifier(model: torch.nn.Module, examples: Sequence[dict], collat
             logits = model(**batch).logits
         preds += logits.argmax(-1).tolist()
         gold += batch["labels"].tolist()
-    p, g = np.array(preds), np.array(gold)
-    tp = int(((p == 1) & (g == 1)).sum())
-    prec = tp / max(int((p == 1).sum()), 1)
-    rec = tp / max(int((g == 1).sum()), 1)
-    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-    return {"accuracy": float((p == g).mean()) if len(g) else 0.0, "f1": f1, "examples": len(g)}
+    from model.baselines import classification_scores
+
+    return classification_scores(np.array(preds), np.array(gold))
