@@ -39,7 +39,7 @@ def main() -> None:
     d = Path(tempfile.mkdtemp(prefix="bench-crawl-"))
     try:
         with hosts(*route_maps) as hs:
-            sources = [Source(name=f"host{i}", id=f"h{i}", hosts=(h.netloc,),
+            sources = [Source(name=f"host{i}", id=f"h{i}", hosts=(h.netloc,), allow_private_addresses=True,
                               seeds=tuple(h.url(f"/doc/{j}.html") for j in range(args.pages))) for i, h in enumerate(hs)]
             state, archive = CrawlState(d / "state.sqlite"), RawArchive(d)
             cfg = CrawlConfig(fetch=FetchConfig(), max_hosts=args.hosts)

@@ -37,8 +37,8 @@ def main() -> None:
         ("segment", lambda: S.segment_stage(d / "sentences", d / "segments", "auto", cache_root=d / "cache")),
         ("segment (cached)", lambda: S.segment_stage(d / "sentences", d / "segments", "auto", cache_root=d / "cache")),
         ("vocab", lambda: S.vocab_stage(d / "segments", d / "vocab", str(corpus / "stopwords.txt"), VocabConfig())),
-        ("datasets+probe", lambda: S.datasets_stage(d / "sentences", d / "documents_clean", d, PairConfig())),
-        ("report", lambda: build_report(d, d / "report")),
+        ("datasets+probe", lambda: S.datasets_stage(d / "sentences", d / "documents_clean", S.DATASETS.write_paths(d), PairConfig())),
+        ("report", lambda: build_report(S.REPORT.read_paths(d), d / "report")),
     ]
     try:
         print(f"{'stage':<18}{'seconds':>9}")

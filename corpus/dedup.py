@@ -1,8 +1,10 @@
 """Exact and near-duplicate document removal (SPEC §3).
 
 Exact duplicates: same sha256 of the normalised text (NFKC, whitespace removed). Near duplicates:
-MinHash over character shingles with LSH (datasketch), Jaccard threshold configurable. In each
-group the kept copy is the earliest published one, then the longest, then the first in input order.
+MinHash signatures over character shingles (datasketch), LSH banding for candidates (each band
+independent, so it can run partitioned), each candidate pair verified by its Jaccard estimate against
+the threshold. In each group the kept copy is the earliest published one, then the longest, then the
+first in input order.
 """
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
-from datasketch import MinHash, MinHashLSH
+from datasketch import MinHash
 
 _WS = re.compile(r"\s+")
 
@@ -46,16 +49,78 @@ def _minhash(text: str, shingle: int, num_perm: int) -> MinHash:
     return m
 
 
+def signatures(texts: list[str], shingle: int = 5, num_perm: int = 128) -> np.ndarray:
+    """MinHash signatures (datasketch, seed 1) of whitespace-free texts over character ``shingle``-grams:
+    uint64 array (n_texts, num_perm)."""
+    out = np.zeros((len(texts), num_perm), dtype=np.uint64)
+    for i, text in enumerate(texts):
+        out[i] = _minhash(_WS.sub("", text), shingle, num_perm).hashvalues
+    return out
+
+
+def lsh_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    """``(bands, rows)`` of the LSH banding that minimises false positives + negatives at ``threshold``
+    (datasketch's optimisation, the one ``MinHashLSH`` uses)."""
+    from datasketch.lsh import _optimal_param
+
+    return _optimal_param(threshold, num_perm, 0.5, 0.5)
+
+
+def band_candidates(sigs: np.ndarray, bands: tuple[int, int], band_ids: range | None = None) -> set[tuple[int, int]]:
+    """Candidate pairs ``(i, j)``, i < j, of rows sharing a bucket in any of ``band_ids`` (default: all bands).
+
+    Each band is independent, so the bands can be processed in separate partitions (workers) and their
+    candidate sets unioned: the result is the same.
+    """
+    b, r = bands
+    pairs: set[tuple[int, int]] = set()
+    for band in band_ids if band_ids is not None else range(b):
+        buckets: dict[bytes, list[int]] = {}
+        for i, row in enumerate(sigs[:, band * r:(band + 1) * r]):
+            buckets.setdefault(row.tobytes(), []).append(i)
+        for members in buckets.values():
+            pairs.update((a, c) for k, a in enumerate(members) for c in members[k + 1:])
+    return pairs
+
+
+def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:
+    """MinHash estimate of the Jaccard similarity of two signatures: the share of equal hash values."""
+    return float(np.mean(a == b))
+
+
+def near_duplicates(sigs: np.ndarray, threshold: float, bands: tuple[int, int] | None = None) -> dict[int, int]:
+    """Near duplicates among rows given in preference order: ``{row: kept_row}``.
+
+    Candidates come from LSH banding (:func:`band_candidates`) and count only when their Jaccard
+    estimate reaches ``threshold``. Walking rows in order, a row is a duplicate of the earliest kept row it
+    matches; a row that is itself a duplicate never keeps another (no chains).
+    """
+    bands = bands or lsh_bands(threshold, sigs.shape[1])
+    matches: dict[int, list[int]] = {}
+    for i, j in band_candidates(sigs, bands):
+        if jaccard_estimate(sigs[i], sigs[j]) >= threshold:
+            matches.setdefault(j, []).append(i)
+    out: dict[int, int] = {}
+    for j in sorted(matches):
+        kept = [i for i in sorted(matches[j]) if i not in out]
+        if kept:
+            out[j] = kept[0]
+    return out
+
+
 def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle: int = 5,
-                    num_perm: int = 128) -> list[Duplicate]:
+                    num_perm: int = 128, bands: tuple[int, int] | None = None) -> list[Duplicate]:
     """Find exact and near duplicates among ``docs`` (columns doc_id, pubtime, text).
 
     Args:
-        near_threshold: MinHash-LSH Jaccard threshold in (0, 1]; 0 disables near-dup detection.
+        near_threshold: Jaccard threshold in (0, 1] for near duplicates (MinHash LSH candidates verified by
+            their Jaccard estimate); 0 disables near-dup detection.
         shingle: character n-gram size; num_perm: MinHash permutations.
+        bands: LSH ``(bands, rows per band)``; default :func:`lsh_bands` for the threshold.
 
     Returns:
-        One :class:`Duplicate` per removed document (each kept document appears only as ``kept_id``).
+        One :class:`Duplicate` per removed document, pointing at the kept copy: the earliest published,
+        then the longest, then the first in input order (each kept document appears only as ``kept_id``).
     """
     order = _keep_order(docs)
     ids = docs["doc_id"].tolist()
@@ -70,15 +135,9 @@ def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle:
         else:
             kept_by_hash[h] = ids[pos]
             survivors.append(pos)
-    if near_threshold <= 0:
+    if near_threshold <= 0 or len(survivors) < 2:
         return dups
-    lsh = MinHashLSH(threshold=near_threshold, num_perm=num_perm)
-    for pos in survivors:
-        norm = _WS.sub("", texts[pos])
-        mh = _minhash(norm, shingle, num_perm)
-        hits = lsh.query(mh)
-        if hits:
-            dups.append(Duplicate(ids[pos], sorted(hits)[0], "near"))
-        else:
-            lsh.insert(ids[pos], mh)
+    sigs = signatures([texts[p] for p in survivors], shingle, num_perm)
+    for row, kept in sorted(near_duplicates(sigs, near_threshold, bands).items()):
+        dups.append(Duplicate(ids[survivors[row]], ids[survivors[kept]], "near"))
     return dups

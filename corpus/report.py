@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 import pandas as pd
 
@@ -58,40 +59,56 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def pair_table(data_dir: str | os.PathLike) -> pd.DataFrame:
+def pair_table(tables: Mapping[str, Path]) -> pd.DataFrame:
     """Pairs per dataset, split, label and kind (rows: dataset, split, kind, label, pairs)."""
     frames = []
     for name in ("policysm1", "policysm2"):
-        df = read_table(Path(data_dir) / name, ["label", "kind"])
+        df = read_table(tables[name], ["label", "kind"])
         g = df.groupby(["split", "kind", "label"]).size().reset_index(name="pairs")
         g.insert(0, "dataset", name)
         frames.append(g)
     return pd.concat(frames, ignore_index=True)
 
 
-def probe_table(data_dir: str | os.PathLike) -> pd.DataFrame:
+def _round(x, digits: int = 4):
+    """``round`` that keeps None (a probe on an empty split has no accuracy)."""
+    return None if x is None else round(x, digits)
+
+
+def _median(values: pd.Series) -> int:
+    """Median as an int; 0 for an empty column (a corpus with no documents or sentences left)."""
+    return int(values.median()) if len(values) else 0
+
+
+def probe_table(tables: Mapping[str, Path]) -> pd.DataFrame:
     """Shortcut probe accuracy vs the majority baseline per dataset (from the dataset manifests)."""
     rows = []
     for name in ("policysm1", "policysm2"):
-        p = read_manifest(Path(data_dir) / name)["stats"]["probe"]
-        rows.append({"dataset": name, "probe_accuracy": round(p["accuracy"], 4), "majority": round(p["majority"], 4),
-                     "margin": round(p["margin"], 4), "n_test": p["n_test"]})
+        p = read_manifest(tables[name])["stats"]["probe"]
+        rows.append({"dataset": name, **{k: _round(p.get(v)) for k, v in (("probe_accuracy", "accuracy"),
+                                                                          ("majority", "majority"),
+                                                                          ("margin", "margin"))},
+                     "n_test": p.get("n_test", 0)})
     return pd.DataFrame(rows)
 
 
-def build_report(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dict:
+def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.PathLike) -> dict:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (atomically, as one folder).
 
-    Reads documents, documents_clean, rejects, sentences, vocab and the PolicySM tables of ``data_dir``.
+    ``tables`` maps the report's inputs (``documents``, ``documents_clean``, ``rejects``, ``sentences``,
+    ``vocab``, ``policysm1``, ``policysm2``: the reads of ``corpus.stages.REPORT``) to their table folders.
     Returns ``{"markdown": str, "pairs": DataFrame records, "probe": records, "files": [names]}``.
+
+    Raises:
+        KeyError: an input is missing from ``tables``; storage.TableError: a table folder has no manifest.
     """
-    data = Path(data_dir)
-    docs = read_table(data / "documents", ["doc_id", "source", "pubtime"])
-    clean = read_table(data / "documents_clean", ["doc_id", "source", "pubtime", "n_chars"])
-    rejects = read_table(data / "rejects")
-    sents = read_table(data / "sentences", ["text"])
-    vocab_m = read_manifest(data / "vocab")
-    pairs, probe = pair_table(data), probe_table(data)
+    tables = {k: Path(v) for k, v in tables.items()}
+    docs = read_table(tables["documents"], ["doc_id", "source", "pubtime"])
+    clean = read_table(tables["documents_clean"], ["doc_id", "source", "pubtime", "n_chars"])
+    rejects = read_table(tables["rejects"])
+    sents = read_table(tables["sentences"], ["text"])
+    vocab_m = read_manifest(tables["vocab"])
+    pairs, probe = pair_table(tables), probe_table(tables)
     per_source = clean["source"].value_counts().head(10)
     years = pd.to_datetime(clean["pubtime"], errors="coerce").dt.year.value_counts(dropna=False).sort_index()
     years.index = [str(int(y)) if pd.notna(y) else "unknown" for y in years.index]
@@ -109,8 +126,8 @@ def build_report(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> dic
             "## Documents per source (top 10)\n\n" + _md_table(per_source.rename_axis("source").reset_index(name="documents"))
             + "\n\n![sources](sources.png)",
             "## Publication years\n\n![years](years.png)",
-            f"## Lengths\n\nDocuments: median {int(clean['n_chars'].median())} chars; sentences: {len(sents)}, "
-            f"median {int(sents['text'].str.len().median())} chars.\n\n![docs](doc_lengths.png) "
+            f"## Lengths\n\nDocuments: median {_median(clean['n_chars'])} chars; sentences: {len(sents)}, "
+            f"median {_median(sents['text'].str.len())} chars.\n\n![docs](doc_lengths.png) "
             "![sentences](sentence_lengths.png)",
             f"## Vocabulary\n\n{vs['size']} words (freq >= {vocab_m['config']['min_freq']}, "
             f"{vocab_m['config']['min_len']}-{vocab_m['config']['max_len']} chars); sentence coverage "

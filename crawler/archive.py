@@ -4,7 +4,9 @@
   atomically; extraction can be re-run from it with no network.
 - :class:`CrawlState`: one SQLite row per URL (status, final URL, body sha256, content type,
   ETag / Last-Modified, fetched_at, error), committed after every fetch, so a killed crawl resumes
-  without refetching what it has; exported as a Parquet index beside the archive.
+  without refetching what it has; exported as a Parquet index beside the archive. It also records
+  extraction failures by body sha256 (and extractor version), so a body that failed is not
+  extracted again until its bytes (or the extractor) change.
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ class CrawlState:
         self._lock = threading.Lock()
         cols = ", ".join(f"{c} {'TEXT PRIMARY KEY' if c == 'url' else ''}" for c in COLUMNS)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS pages ({cols})")
+        self._db.execute("CREATE TABLE IF NOT EXISTS extraction_failures (raw_sha256 TEXT PRIMARY KEY, "
+                         "extractor TEXT, reason TEXT, detail TEXT)")
 
     def get(self, url: str) -> dict | None:
         with self._lock:
@@ -66,6 +70,20 @@ class CrawlState:
         with self._lock:
             self._db.execute(f"INSERT OR REPLACE INTO pages ({', '.join(COLUMNS)}) VALUES "
                              f"({', '.join('?' for _ in COLUMNS)})", values)
+
+    def extraction_failure(self, raw_sha256: str, extractor: str) -> tuple[str, str] | None:
+        """``(reason, detail)`` if the body ``raw_sha256`` failed extraction with this ``extractor``
+        version, else None."""
+        with self._lock:
+            row = self._db.execute("SELECT reason, detail FROM extraction_failures WHERE raw_sha256 = ? AND "
+                                   "extractor = ?", (raw_sha256, extractor)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def put_extraction_failure(self, raw_sha256: str, extractor: str, reason: str, detail: str) -> None:
+        """Record that the body ``raw_sha256`` failed extraction (committed at once)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO extraction_failures VALUES (?, ?, ?, ?)",
+                             (raw_sha256, extractor, reason, detail))
 
     def frame(self) -> pd.DataFrame:
         """All records as a DataFrame (columns :data:`COLUMNS`)."""

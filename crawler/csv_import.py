@@ -4,7 +4,11 @@ This is the ``import`` half of the crawl/import stage (SPEC §1): one row per do
 source (= ``channel``), provenance URL joined from the sources list (``policy_sources.csv``, join on
 ``describes``) when one is given, and the raw text. Malformed metadata never crashes the import:
 an unparseable ``pubtime`` becomes null and a ``describes`` that matches no URL leaves ``url``
-null; each case is counted in the returned warnings.
+null; each case is counted in the returned warnings. Malformed structure is never imported: the CSV
+is parsed strictly, and a record with the wrong number of fields, a metadata field far longer than
+the rest of its column (or over :class:`ImportLimits`), or a field that holds what looks like further
+records (the mark of an unbalanced quote swallowing rows) is an :class:`InputError` naming its line.
+Control characters (NUL …) are removed from every field.
 """
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from crawler.textsafe import strip_controls
+
 REQUIRED_COLUMNS = ("title", "pubtime", "channel", "describes", "contentText")
 DOCUMENT_COLUMNS = ("doc_id", "source_id", "source", "url", "title", "pubtime", "issuer", "doc_number",
-                    "content_type", "fetched_at", "raw_sha256", "citation", "text")
+                    "written_date", "content_type", "fetched_at", "raw_sha256", "citation", "text")
 
 _DATE_RE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})")
 
@@ -37,6 +43,21 @@ class ImportReport:
 
     rows: int = 0
     warnings: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """Structural sanity of an import CSV (chars; lines are physical lines inside one field).
+
+    ``max_chars`` / ``max_lines`` per metadata column; a metadata field longer than
+    ``outlier_factor`` times its column's median and over ``outlier_floor`` chars is an outlier.
+    """
+
+    max_chars: tuple[tuple[str, int], ...] = (("title", 500), ("pubtime", 64), ("channel", 200),
+                                              ("describes", 2000))
+    max_lines: tuple[tuple[str, int], ...] = (("title", 8), ("pubtime", 1), ("channel", 1), ("describes", 4))
+    outlier_factor: float = 20.0
+    outlier_floor: int = 200
 
 
 def parse_pubtime(value: str | None) -> date | None:
@@ -78,21 +99,86 @@ def _content_type(url: str | None) -> str | None:
     return "pdf" if ".pdf" in url.lower().split("?")[0] or url.lower().endswith(".pdf") else "html"
 
 
-def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | None = None
-                    ) -> tuple[pd.DataFrame, ImportReport]:
+def _looks_like_record(line: str, width: int) -> bool:
+    """A physical line that parses as a whole CSV record of ``width`` fields with a date second."""
+    try:
+        fields = next(csv.reader([line], strict=True))
+    except (csv.Error, StopIteration):
+        return False
+    return len(fields) == width and parse_pubtime(fields[1]) is not None and len(fields[1]) <= 40
+
+
+def _read_records(path: Path, fh) -> tuple[list[str], list[tuple[int, int, list[str]]]]:
+    """Header and ``(first line, last line, fields)`` per record, parsed strictly.
+
+    Raises:
+        InputError: a quoting error (the line named), or a record whose field count differs from the header's.
+    """
+    reader = csv.reader(fh, strict=True)
+    try:
+        header = next(reader, None) or []
+        records, prev = [], reader.line_num
+        for fields in reader:
+            start = prev + 1
+            prev = reader.line_num
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise InputError(f"{path}: line {start}: record has {len(fields)} fields, the header {len(header)} "
+                                 f"(record spans lines {start}-{prev}; check its quotes)")
+            records.append((start, prev, fields))
+    except csv.Error as exc:
+        raise InputError(f"{path}: line {prev + 1}: malformed CSV record (parse error at line {reader.line_num}: "
+                         f"{exc}); check its quotes") from exc
+    return header, records
+
+
+def _check_structure(path: Path, header: list[str], records: list, limits: ImportLimits) -> None:
+    """Raise InputError at the first record whose fields betray a merge of several records."""
+    max_chars, max_lines = dict(limits.max_chars), dict(limits.max_lines)
+    cols = {c: header.index(c) for c in REQUIRED_COLUMNS}
+    medians = {}
+    for c in max_chars:
+        lengths = sorted(len(f[cols[c]]) for _, _, f in records)
+        medians[c] = lengths[len(lengths) // 2] if lengths else 0
+    for start, end, fields in records:
+        where = f"{path}: line {start}"
+        span = f"record spans lines {start}-{end}"
+        for c, cap in max_chars.items():
+            value = fields[cols[c]]
+            n = len(value)
+            if n > cap:
+                raise InputError(f"{where}: {c} is {n:,} chars, over {cap:,} ({span}; an unbalanced quote?)")
+            if n > limits.outlier_floor and n > limits.outlier_factor * max(1, medians[c]):
+                raise InputError(f"{where}: {c} is {n:,} chars, {n / max(1, medians[c]):.0f}x its column's median "
+                                 f"({span}; an unbalanced quote?)")
+            lines = value.count("\n") + 1
+            if lines > max_lines[c]:
+                raise InputError(f"{where}: {c} spans {lines} lines, over {max_lines[c]} ({span}; an unbalanced quote?)")
+        for i, value in enumerate(fields):
+            if "\n" in value and any(_looks_like_record(ln, len(header)) for ln in value.split("\n")[1:]):
+                raise InputError(f"{where}: field {header[i]} holds a line that is a whole record ({span}; an "
+                                 f"unbalanced quote merged records)")
+
+
+def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | None = None,
+                    limits: ImportLimits = ImportLimits()) -> tuple[pd.DataFrame, ImportReport]:
     """Read a corpus CSV export into a ``documents`` DataFrame (columns :data:`DOCUMENT_COLUMNS`).
 
     Args:
         path: the CSV (UTF-8, header ``title,pubtime,channel,describes,contentText``).
         sources_csv: optional provenance list joined on ``describes`` for the ``url`` column.
+        limits: structural sanity checks (see :class:`ImportLimits`).
 
     Returns:
         ``(documents, report)``; ``doc_id`` is a stable 16-hex id from the row's content (a
-        repeated identical row gets a ``-2``, ``-3`` suffix).
+        repeated identical row gets a ``-2``, ``-3`` suffix). Control characters are removed from
+        every field (the title becomes one line).
 
     Raises:
-        InputError: the file is missing or unreadable, lacks a required column, or holds no
-            document with text.
+        InputError: the file is missing or unreadable, lacks a required column, is malformed (a
+            quoting error, a record with the wrong number of fields, a field that betrays merged
+            records: the message names the line), or holds no document with text.
     """
     path = Path(path)
     if not path.is_file():
@@ -100,23 +186,24 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
     csv.field_size_limit(sys.maxsize)
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise InputError(f"{path}: CSV lacks required column(s) {', '.join(missing)} "
-                                 f"(expected {','.join(REQUIRED_COLUMNS)})")
-            rows = list(reader)
+            header, records = _read_records(path, fh)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise InputError(f"{path}: CSV lacks required column(s) {', '.join(missing)} "
+                         f"(expected {','.join(REQUIRED_COLUMNS)})")
+    _check_structure(path, header, records, limits)
+    rows = [dict(zip(header, fields)) for _, _, fields in records]
     urls = load_source_urls(sources_csv) if sources_csv and Path(sources_csv).is_file() else {}
     report = ImportReport(rows=len(rows))
     records, seen = [], Counter()
     for row in rows:
-        text = row.get("contentText") or ""
+        text = strip_controls(row.get("contentText") or "")
         if not text.strip():
             report.warnings["empty_text"] += 1
-        channel = (row.get("channel") or "").strip() or "unknown"
-        describes = (row.get("describes") or "").strip()
+        channel = (strip_controls(row.get("channel") or "")).strip() or "unknown"
+        describes = (strip_controls(row.get("describes") or "")).strip()
         pub_raw = row.get("pubtime") or ""
         pub = parse_pubtime(pub_raw)
         if pub is None:
@@ -132,8 +219,8 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
         doc_id = digest[:16] + (f"-{seen[digest]}" if seen[digest] > 1 else "")
         records.append({
             "doc_id": doc_id, "source_id": source_id(channel), "source": channel, "url": url,
-            "title": " ".join((row.get("title") or "").split()), "pubtime": pub, "issuer": None,
-            "doc_number": None, "content_type": _content_type(url), "fetched_at": None,
+            "title": strip_controls(row.get("title") or "", one_line=True), "pubtime": pub, "issuer": None,
+            "doc_number": None, "written_date": None, "content_type": _content_type(url), "fetched_at": None,
             "raw_sha256": digest, "citation": describes or None, "text": text,
         })
     if not any(r["text"].strip() for r in records):

@@ -7,6 +7,7 @@ Hanweb, the gov.cn portal) with a trafilatura fallback, and PDFs via pdfplumber 
 from __future__ import annotations
 
 import argparse
+import html as html_lib
 import io
 import json
 import re
@@ -15,17 +16,25 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, Comment, Declaration, Doctype, NavigableString, ProcessingInstruction, Tag
 
 from crawler.csv_import import parse_pubtime
+from crawler.textsafe import strip_controls
 
 BODY_SELECTORS = ("#UCAP-CONTENT", ".pages_content", ".TRS_Editor", ".trs_editor_view", "#zoom", ".zoom",
                   ".article-content", ".article_con", "#Zoom", ".bt_content", "article")
 NOISE_SELECTORS = ("script", "style", "noscript", "nav", "header", "footer", "iframe", "form", ".share", "#share",
                    ".bdsharebuttonbox", ".fenxiang", ".footer", "#footer", ".header", "#header", ".nav", ".breadcrumb",
                    ".pages-date .font", ".print", ".close")
-HEADER_FIELDS = {"标题": "title", "发文机关": "issuer", "发文字号": "doc_number", "来源": "source",
-                 "主题分类": "topic", "公文种类": "doc_type", "成文日期": "written_date", "发布日期": "pubtime"}
+# Header-table labels (信息公开 pages) -> Document field (None: a label, no field). Weak labels also
+# name cells of body tables (a penalty table's 名称): they count only inside a header block.
+HEADER_FIELDS = {"标题": "title", "名称": "title", "文件名称": "title", "发文机关": "issuer", "发布机构": "issuer",
+                 "发布机关": "issuer", "发文单位": "issuer", "发文字号": "doc_number", "文号": "doc_number",
+                 "来源": "source", "信息来源": "source", "主题分类": "topic", "公文种类": "doc_type",
+                 "体裁分类": "doc_type", "成文日期": "written_date", "发布日期": "pubtime", "发布时间": "pubtime",
+                 "索引号": "index_no", "主题词": "keywords", "有效性": None, "公开方式": None, "公开范围": None,
+                 "组配分类": None}
+_WEAK_LABELS = frozenset(("名称", "文号", "有效性", "公开方式", "公开范围"))
 META_FIELDS = {"articletitle": "title", "pubdate": "pubtime", "contentsource": "source", "columnname": "column",
                "firstimgsrc": None}
 _CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -34,12 +43,38 @@ _PAGE_NO = re.compile(r"^\s*(?:第\s*\d+\s*页.*|[-—–]?\s*\d{1,4}\s*[-—–
 
 
 class ExtractionError(ValueError):
-    """The body cannot be turned into a document (corrupt PDF, a non-PDF served as PDF, no text)."""
+    """The body cannot be turned into a document (corrupt PDF, a non-PDF served as PDF, no text, a
+    PDF over the page-count or page-size caps)."""
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """Bounds on extraction. Times in seconds, sizes in bytes, page sizes in PDF points (1/72 in).
+
+    timeout: wall-clock limit for one document (HTML or PDF, OCR included); memory: address space
+        one extraction worker may grow by; workers: extraction processes; max_tasks: documents a
+        worker extracts before it is replaced (:mod:`crawler.sandbox`).
+    max_pages: a PDF with more pages is refused; max_ocr_pixels: a page whose rendering at
+        ``ocr_resolution`` dpi would exceed it is rendered at a lower resolution, and refused if that
+        falls below ``min_ocr_resolution``; ocr_timeout: limit for tesseract on one page.
+    """
+
+    timeout: float = 120.0
+    memory: int = 2 * 1024 ** 3
+    workers: int = 1
+    max_tasks: int = 200
+    max_pages: int = 500
+    ocr_resolution: int = 200
+    min_ocr_resolution: int = 100
+    max_ocr_pixels: int = 40_000_000
+    ocr_timeout: float = 60.0
 
 
 @dataclass
 class Document:
-    """An extracted document. ``pubtime`` may be None; ``ocr`` is True when any PDF page was OCR'd."""
+    """An extracted document. ``pubtime`` (the 发布日期, else the page's PubDate meta, else the
+    成文日期) and ``written_date`` (the header table's 成文日期) may be None; ``ocr`` is True when
+    any PDF page was OCR'd."""
 
     url: str
     content_type: str
@@ -53,6 +88,7 @@ class Document:
     pages: int | None = None
     ocr: bool = False
     ocr_pages: list[int] = field(default_factory=list)
+    written_date: date | None = None
 
 
 # ---------------------------------------------------------------- encodings
@@ -98,39 +134,414 @@ def decode_html(body: bytes, content_type: str | None) -> tuple[str, str]:
 
 # ---------------------------------------------------------------- HTML
 
-def _text_of(node) -> str:
-    for br in node.find_all("br"):
-        br.replace_with("\n")
-    blocks = []
-    for el in node.find_all(["p", "div", "li", "h1", "h2", "h3", "h4", "tr", "td"]):
-        if not el.find(["p", "div", "li", "tr"]):
-            t = el.get_text(" ", strip=True)
-            if t:
-                blocks.append(t)
-    text = "\n".join(blocks) if blocks else node.get_text("\n", strip=True)
-    lines = [_CJK_GAP.sub("", ln.strip()) for ln in text.splitlines()]
-    out = []
+# Block elements end a line; the subtrees of _SKIP_TAGS are never text.
+_BLOCKS = frozenset(("address", "article", "aside", "blockquote", "caption", "center", "dd", "details", "div", "dl",
+                     "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
+                     "header", "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody",
+                     "td", "tfoot", "th", "thead", "tr", "ul"))
+_SKIP_TAGS = frozenset(("script", "style", "noscript", "template", "head", "title", "select", "button", "textarea",
+                        "iframe", "object", "svg", "math"))
+_NOT_TEXT = (Comment, Declaration, Doctype, ProcessingInstruction)
+_LABEL_TAGS = frozenset(("td", "th", "span", "b", "strong", "label", "li", "dt", "dd", "em", "font", "i"))
+_VALUE_TAGS = frozenset(("td", "th", "span", "dd", "em", "font"))
+_GROUP_TAGS = frozenset(("table", "ul", "ol", "dl"))
+_CELL_SEP = "\t"              # between the cells of a table row on its line
+_FALLBACK_SEP = "\u241f"      # stands for _CELL_SEP through trafilatura, which collapses tabs
+_LAYOUT_CELL = 2000           # a table with a cell longer than this (chars) is page layout, not data
+_DEDUP_MIN = 20               # a non-table line of at least this many non-space chars is emitted once
+_MIN_BODY = 20                # a body container with less text than this (chars) falls back to trafilatura
+_TAG_TEXT = re.compile(r"</?[A-Za-z][A-Za-z0-9:_-]*(?:\s[^<>]*)?/?>|<![^<>]*>")
+
+
+def _gone(el) -> bool:
+    """True if ``el`` was decomposed. bs4's ``Tag.decomposed`` searches the whole subtree for a
+    ``<_decomposed>`` child (``Tag.__getattr__``) when the flag is unset: O(subtree) per call."""
+    return vars(el).get("_decomposed", False)
+
+
+def _line(text: str) -> str:
+    """One output line: whitespace runs (source newlines, NBSP, U+3000 included) collapsed, spaces
+    between CJK characters (inline-tag and source-wrap artefacts) removed."""
+    return _CJK_GAP.sub("", " ".join(text.split()))
+
+
+def _inline_text(el, limit: int | None = None) -> str | None:
+    """The text of ``el`` on one line: strings concatenated as a browser lays them out, block and
+    ``<br>`` boundaries as spaces, whitespace collapsed. With ``limit``: None if the subtree holds
+    more than ``limit`` nodes (bounded work). Linear in the subtree."""
+    parts: list[str] = []
+    stack = [el]
+    n = 0
+    while stack:
+        item = stack.pop()
+        n += 1
+        if limit is not None and n > limit:
+            return None
+        if isinstance(item, NavigableString):
+            if not isinstance(item, _NOT_TEXT):
+                parts.append(str(item))
+            continue
+        if item.name in _SKIP_TAGS:
+            continue
+        if item.name in _BLOCKS or item.name == "br":
+            parts.append(" ")
+        stack.extend(reversed(item.contents))
+    return " ".join("".join(parts).split())
+
+
+def _tables_with_tables(root) -> set[int]:
+    """Ids of the tables under (or above) ``root`` that hold another table (page layout). Linear:
+    each ancestor chain is climbed until a node already climbed through."""
+    nested: set[int] = set()
+    climbed: set[int] = set()
+    for t in root.find_all("table"):
+        p = t.parent
+        while p is not None and id(p) not in climbed:
+            climbed.add(id(p))
+            if p.name == "table":
+                nested.add(id(p))
+            p = p.parent
+    return nested
+
+
+class _Renderer:
+    """Block-structured text of a subtree: one line per block element or ``<br>``; a data table (no
+    table inside it, no cell over :data:`_LAYOUT_CELL` chars) one line per row with its non-empty
+    cells in order joined by :data:`_CELL_SEP` (a cell's own lines, ``<p>``/``<br>``, collapsed into
+    it), a row of a single cell keeps the cell's lines; a table identical to one already rendered is
+    skipped. Linear in the subtree (each node visited at most twice)."""
+
+    def __init__(self, root):
+        self.nested = _tables_with_tables(root)
+        self.tables_seen: set[str] = set()
+
+    def table_rows(self, table) -> list[list[tuple]] | None:
+        """The non-empty cells of each row of a data table as ``(cell, text)``; None if ``table``
+        is layout (holds a table, or a cell over :data:`_LAYOUT_CELL` chars) or has no rows."""
+        if id(table) in self.nested:
+            return None
+        rows = []
+        for tr in table.find_all("tr"):
+            cells = [(c, _line(_inline_text(c))) for c in tr.find_all(("td", "th"), recursive=False) or [tr]]
+            if any(len(t) > _LAYOUT_CELL for _, t in cells):
+                return None
+            rows.append([(c, t) for c, t in cells if t])
+        return rows if any(rows) else None
+
+    def table(self, table) -> list[str] | None:
+        """The lines of a data table (None if it is layout; [] if an identical table was rendered)."""
+        rows = self.table_rows(table)
+        if rows is None:
+            return None
+        lines: list[str] = []
+        for row in rows:
+            if len(row) >= 2:
+                lines.append(_CELL_SEP.join(t for _, t in row))
+            elif row:  # a row of one cell (a caption row, a one-column table) keeps the cell's lines
+                lines.extend(self.lines(row[0][0]))
+        key = "\n".join(lines)
+        if key in self.tables_seen:
+            return []
+        self.tables_seen.add(key)
+        return lines
+
+    def lines(self, node) -> list[str]:
+        out: list[str] = []
+        cur: list[str] = []
+
+        def flush():
+            if cur:
+                ln = _line("".join(cur))
+                cur.clear()
+                if ln:
+                    out.append(ln)
+
+        end = object()
+        stack = [node]
+        while stack:
+            item = stack.pop()
+            if item is end:
+                flush()
+                continue
+            if isinstance(item, NavigableString):
+                if not isinstance(item, _NOT_TEXT):
+                    cur.append(str(item))
+                continue
+            name = item.name
+            if name in _SKIP_TAGS:
+                continue
+            if name == "br":
+                flush()
+                continue
+            if name == "table":
+                rendered = self.table(item)
+                if rendered is not None:
+                    flush()
+                    out.extend(rendered)
+                    continue
+            if name in _BLOCKS:
+                flush()
+                stack.append(end)
+            stack.extend(reversed(item.contents))
+        flush()
+        return out
+
+
+def _dedup(lines: list[str]) -> list[str]:
+    """``lines`` without repeats: a line equal to the one before it, or a line without cells of at
+    least :data:`_DEDUP_MIN` non-space chars seen before (a container or fallback emitting a block twice)."""
+    out: list[str] = []
+    seen: set[str] = set()
     for ln in lines:
-        if ln and (not out or out[-1] != ln):
-            out.append(ln)
-    return "\n".join(out)
+        if out and out[-1] == ln:
+            continue
+        if _CELL_SEP not in ln and len(ln) - ln.count(" ") >= _DEDUP_MIN:
+            if ln in seen:
+                continue
+            seen.add(ln)
+        out.append(ln)
+    return out
 
 
-def _header_table(soup) -> dict:
-    found = {}
-    for td in soup.find_all(["td", "th", "span", "b", "strong", "label"]):
-        key = td.get_text("", strip=True).replace("\u3000", "").rstrip("：:")
-        if key in HEADER_FIELDS and HEADER_FIELDS[key] not in found:
-            nxt = td.find_next_sibling(["td", "th", "span"])
-            val = nxt.get_text(" ", strip=True) if nxt else ""
-            if val:
-                found[HEADER_FIELDS[key]] = val
-    return found
+def body_lines(node) -> list[str]:
+    """The text of an HTML subtree (a BeautifulSoup tag) as lines, see :class:`_Renderer`, without
+    repeated lines (:func:`_dedup`). Linear in the size of the subtree."""
+    return _dedup(_Renderer(node).lines(node))
+
+
+def clean_title(value: str | None) -> str:
+    """A title without markup: tags and entity-escaped tags (``<div>``, ``&lt;div&gt;``,
+    ``&amp;lt;div&amp;gt;``) removed, entities decoded, control characters removed and whitespace
+    collapsed to single spaces. Linear in the length of ``value``; "" for None."""
+    if not value:
+        return ""
+    s = value
+    for _ in range(3):  # markup escaped up to twice
+        t = _TAG_TEXT.sub("", html_lib.unescape(s))
+        if t == s:
+            break
+        s = t
+    return strip_controls(s, one_line=True) or ""
+
+
+def _short_text(el, limit: int = 64) -> str | None:
+    """The text of ``el`` if its subtree has at most ``limit`` nodes, else None (bounded work)."""
+    parts = []
+    for i, d in enumerate(el.descendants):
+        if i >= limit:
+            return None
+        if isinstance(d, NavigableString) and not isinstance(d, Comment):
+            parts.append(str(d))
+    return "".join(parts)
+
+
+def _squeeze(text: str) -> str:
+    return text.replace("\u3000", "").replace("\xa0", "").replace(" ", "").replace("\t", "").replace("\n", "")
+
+
+def _label_of(text: str | None) -> tuple[str, str] | None:
+    """``(label, inline value)`` if ``text`` is a header label (``标　　题：``) or a label with its
+    value (``发布日期：2023-06-20``); None otherwise."""
+    if text is None:
+        return None
+    key = _squeeze(text).rstrip("：:")
+    if key in HEADER_FIELDS:
+        return key, ""
+    for colon in ("：", ":"):
+        head, sep, tail = text.partition(colon)
+        if sep and _squeeze(head) in HEADER_FIELDS and tail.strip():
+            return _squeeze(head), " ".join(tail.split())
+    return None
+
+
+@dataclass
+class _Hit:
+    label: object          # the label element (or the element holding label and value)
+    value_el: object       # the value cell beside it, None for an inline value
+    key: str
+    value: str
+    group: object = None   # nearest table/ul/ol/dl (or grandparent): the header block it belongs to
+
+
+@dataclass
+class _Header:
+    fields: dict
+    hits: list
+    groups: list           # header blocks: >= 2 distinct labels, one at least not weak
+
+
+def _value_beside(el) -> tuple[object, str]:
+    """The value cell after a label cell (the next 16 siblings): ``(element, text)``, text "" if the
+    cell is empty or too large to be a header value."""
+    for n, sib in enumerate(el.next_siblings):
+        if n >= 16:
+            break
+        if isinstance(sib, Tag) and sib.name in _VALUE_TAGS:
+            return sib, clean_title(_inline_text(sib, limit=256) or "")
+    return None, ""
+
+
+def _header_table(soup, max_hits: int = 200) -> _Header:
+    """The header table (索引号, 标题, 发文机关, 发文字号, 成文日期, 发布日期 …): label cells found from
+    the text nodes, each with the value cell beside it or its inline value, grouped by their block.
+    Linear in page size: at most ``max_hits`` labels, each read with bounded work (at most 4
+    ancestors, subtrees of at most 64 nodes, the next 16 siblings, values of at most 256 nodes)."""
+    hits: list[_Hit] = []
+    for s in soup.find_all(string=True):
+        if len(s) > 300 or isinstance(s, _NOT_TEXT):
+            continue
+        squeezed = _squeeze(s)
+        if not any(k in squeezed for k in HEADER_FIELDS):
+            continue
+        el, first = s.parent, None
+        for _ in range(4):
+            if el is None or el.name in ("body", "html", "[document]"):
+                break
+            found = _label_of(_short_text(el)) if el.name in _LABEL_TAGS else None
+            if found is not None:
+                key, inline = found
+                if inline:
+                    first = _Hit(el, None, key, clean_title(inline))
+                    break
+                value_el, value = _value_beside(el)
+                hit = _Hit(el, value_el, key, value)
+                first = first or hit
+                if value:
+                    first = hit
+                    break
+            el = el.parent
+        if first is not None and not any(h.label is first.label for h in hits[-4:]):
+            hits.append(first)
+            if len(hits) >= max_hits:
+                break
+    keys_by_group: dict[int, set] = {}
+    groups: dict[int, object] = {}
+    for h in hits:
+        g, el = None, h.label.parent
+        for _ in range(8):
+            if el is None or el.name in ("body", "html", "[document]"):
+                break
+            if el.name in _GROUP_TAGS:
+                g = el
+                break
+            el = el.parent
+        if g is None and h.label.parent is not None:
+            g = h.label.parent.parent
+        h.group = g
+        if g is not None:
+            groups[id(g)] = g
+            keys_by_group.setdefault(id(g), set()).add(h.key)
+    header_ids = {i for i, keys in keys_by_group.items() if len(keys) >= 2 and keys - _WEAK_LABELS}
+    fields: dict = {}
+    for in_header in (True, False):  # values of header blocks first; a lone weak label is no field
+        for h in hits:
+            if (id(h.group) in header_ids) != in_header or (not in_header and h.key in _WEAK_LABELS):
+                continue
+            name = HEADER_FIELDS[h.key]
+            if name and h.value and name not in fields:
+                fields[name] = h.value
+    return _Header(fields, [h for h in hits if id(h.group) in header_ids], [groups[i] for i in header_ids])
+
+
+def _drop_header(header: _Header, keep: list) -> None:
+    """Remove the header blocks from the tree (they are metadata, not body text), except a block
+    holding one of ``keep`` (the body containers) or whose text is not mostly labels and values
+    (a layout table): from those only the label and value cells go. Bounded work per block."""
+    protected: set[int] = set()
+    for node in keep:
+        while node is not None and id(node) not in protected:
+            protected.add(id(node))
+            node = node.parent
+    size: dict[int, int] = {}
+    for h in header.hits:
+        size[id(h.group)] = size.get(id(h.group), 0) + len(h.key) + len(h.value) + 8
+    for g in header.groups:
+        if _gone(g):
+            continue
+        text = None if id(g) in protected else _inline_text(g, limit=4000)
+        if text is not None and len(_squeeze(text)) <= 2 * size.get(id(g), 0) + 100:
+            g.decompose()
+    for h in header.hits:
+        for el in (h.label, h.value_el):
+            if el is not None and not _gone(el) and id(el) not in protected:
+                el.decompose()
+
+
+class _TagIndex:
+    """Every tag of a soup by name, id and class, built in one pass, to match the simple selectors
+    of :data:`BODY_SELECTORS` / :data:`NOISE_SELECTORS` (``tag``, ``#id``, ``.class``, and ``A B``
+    descendant pairs of those) in time linear in the page; soupsieve's generic matching costs
+    seconds per selector on a page of 100k nested tags."""
+
+    def __init__(self, soup):
+        self.by_name: dict[str, list] = {}
+        self.by_id: dict[str, list] = {}
+        self.by_class: dict[str, list] = {}
+        for el in soup.find_all(True):
+            self.by_name.setdefault(el.name, []).append(el)
+            ident = el.get("id")
+            if isinstance(ident, str) and ident:
+                self.by_id.setdefault(ident, []).append(el)
+            for c in el.get("class") or ():
+                self.by_class.setdefault(c, []).append(el)
+
+    def _simple(self, sel: str) -> list:
+        if sel.startswith("#"):
+            return self.by_id.get(sel[1:], [])
+        if sel.startswith("."):
+            return self.by_class.get(sel[1:], [])
+        return self.by_name.get(sel.lower(), [])
+
+    def select(self, selector: str) -> list:
+        """Tags matching ``selector`` in document order (descendant pairs: inner inside any outer)."""
+        parts = selector.split()
+        if len(parts) == 1:
+            return list(self._simple(parts[0]))
+        if len(parts) != 2:
+            raise ValueError(f"not a simple selector: {selector!r}")
+        inside: set[int] = set()
+        for outer in self._simple(parts[0]):
+            if id(outer) not in inside:  # a nested outer's subtree is already marked: each tag once
+                inside.update(id(d) for d in outer.descendants)
+        return [el for el in self._simple(parts[1]) if id(el) in inside]
+
+
+def _fallback_lines(soup, url: str) -> list[str]:
+    """trafilatura's main content of the (cleaned) page, its data tables first rewritten as one
+    paragraph of one line per row (trafilatura splits multi-line cells out of their rows and may
+    repeat a table), cells joined by :data:`_CELL_SEP`."""
+    import trafilatura
+
+    root = soup.body or soup
+    renderer = _Renderer(root)
+    for table in root.find_all("table"):
+        if _gone(table) or id(table) in renderer.nested:
+            continue
+        lines = renderer.table(table)
+        if lines is None:
+            continue
+        para = soup.new_tag("p")  # one paragraph, rows split by <br>: justext is quadratic in paragraphs
+        for i, ln in enumerate(lines):
+            if i:
+                para.append(soup.new_tag("br"))
+            para.append(NavigableString(ln.replace(_CELL_SEP, _FALLBACK_SEP)))
+        table.replace_with(para)
+    text = trafilatura.extract(str(soup), url=url, include_comments=False, include_tables=True,
+                               favor_recall=True) or ""
+    lines = []
+    for t in text.splitlines():
+        cells = [c for c in (_line(c) for c in t.split(_FALLBACK_SEP)) if c]
+        if cells:
+            lines.append(_CELL_SEP.join(cells))
+    return lines
 
 
 def extract_html(body: bytes, url: str, content_type: str | None = None, body_selector: str | None = None) -> Document:
-    """HTML -> Document: metadata from ``<meta>`` tags and the header table, body from the CMS
-    templates (``body_selector`` first, then :data:`BODY_SELECTORS`), else trafilatura's main content.
+    """HTML -> Document: metadata from ``<meta>`` tags and the header table (which is then removed:
+    it is not body text), body from the CMS templates (``body_selector`` first, then
+    :data:`BODY_SELECTORS`), else trafilatura's main content; text one line per block, a table
+    one line per row (cells joined by a tab), nothing emitted twice, a first line repeating the
+    title dropped. Titles without markup (:func:`clean_title`). Linear in the page size.
 
     Raises:
         ExtractionError: no text could be found.
@@ -141,40 +552,73 @@ def extract_html(body: bytes, url: str, content_type: str | None = None, body_se
     for tag in soup.find_all("meta"):
         name = (tag.get("name") or tag.get("property") or "").lower()
         if META_FIELDS.get(name) and tag.get("content"):
-            meta.setdefault(META_FIELDS[name], tag["content"].strip())
-    table = _header_table(soup)
+            meta.setdefault(META_FIELDS[name], clean_title(tag["content"]))
+    header = _header_table(soup)
+    table = header.fields
+    page_title = clean_title(soup.title.string if soup.title and soup.title.string else
+                             (soup.title.get_text(" ") if soup.title else ""))
+    index = _TagIndex(soup)
     for sel in NOISE_SELECTORS:
-        for el in soup.select(sel):
-            el.decompose()
-    text = ""
-    for sel in ((body_selector,) if body_selector else ()) + BODY_SELECTORS:
-        node = soup.select_one(sel)
-        if node is not None:
-            text = _text_of(node)
-            if len(text) >= 20:
+        for el in index.select(sel):
+            if not _gone(el):
+                el.decompose()
+    candidates = [soup.select_one(body_selector)] if body_selector else []  # a registry hint: any CSS
+    candidates += [next((el for el in index.select(sel) if not _gone(el)), None) for sel in BODY_SELECTORS]
+    candidates = [c for c in candidates if c is not None]
+    h1 = next((el for el in index.select("h1") if not _gone(el)), None)
+    h1_title = clean_title(_inline_text(h1, limit=4096) or "") if h1 is not None else ""
+    _drop_header(header, candidates)
+    lines: list[str] = []
+    for node in candidates:
+        if not _gone(node):
+            lines = body_lines(node)
+            if sum(map(len, lines)) >= _MIN_BODY:
                 break
-    if len(text) < 20:
-        import trafilatura
-
-        text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True,
-                                   favor_recall=True) or ""
+    if sum(map(len, lines)) < _MIN_BODY:
+        lines = _dedup(lines + _fallback_lines(soup, url))
+    title = table.get("title") or meta.get("title") or h1_title or page_title
+    if lines and title and _squeeze(lines[0]) == _squeeze(title):
+        lines = lines[1:]  # the title repeated as the body's first line (an <h1> in the container)
+    text = "\n".join(lines)
     if not text.strip():
         raise ExtractionError("no text found in HTML body")
-    h1 = soup.find("h1")
-    title = (table.get("title") or meta.get("title") or (h1.get_text(" ", strip=True) if h1 else "")
-             or (soup.title.get_text(" ", strip=True) if soup.title else ""))
     pub = parse_pubtime(table.get("pubtime") or meta.get("pubtime") or table.get("written_date"))
-    return Document(url=url, content_type="html", title=title, text=text, pubtime=pub, issuer=table.get("issuer"),
-                    doc_number=table.get("doc_number"), source=table.get("source") or meta.get("source"), encoding=enc)
+    return Document(url=url, content_type="html", title=strip_controls(title, one_line=True),
+                    text=strip_controls(text), pubtime=pub, issuer=strip_controls(table.get("issuer"), one_line=True),
+                    doc_number=strip_controls(table.get("doc_number"), one_line=True),
+                    source=strip_controls(table.get("source") or meta.get("source"), one_line=True), encoding=enc,
+                    written_date=parse_pubtime(table.get("written_date")))
 
 
 # ---------------------------------------------------------------- PDF
 
-def _ocr(page, resolution: int = 200) -> str:
+def ocr_resolution(width: float, height: float, cfg: ExtractConfig) -> int:
+    """The resolution (dpi) to render a ``width`` x ``height`` pt page for OCR: ``cfg.ocr_resolution``,
+    lowered so the image holds at most ``cfg.max_ocr_pixels`` pixels.
+
+    Raises:
+        ExtractionError: the page would need less than ``cfg.min_ocr_resolution`` dpi (or has no area).
+    """
+    area_in2 = (width / 72.0) * (height / 72.0)
+    if not area_in2 > 0:
+        raise ExtractionError(f"PDF page of {width} x {height} pt has no area")
+    dpi = min(cfg.ocr_resolution, int((cfg.max_ocr_pixels / area_in2) ** 0.5))
+    if dpi < cfg.min_ocr_resolution:
+        raise ExtractionError(f"PDF page of {width:.0f} x {height:.0f} pt is too large to OCR: "
+                              f"{cfg.min_ocr_resolution} dpi would need "
+                              f"{area_in2 * cfg.min_ocr_resolution ** 2:,.0f} pixels, cap {cfg.max_ocr_pixels:,}")
+    return dpi
+
+
+def _ocr(page, cfg: ExtractConfig) -> str:
     import pytesseract
 
-    img = page.to_image(resolution=resolution).original
-    return _CJK_GAP.sub("", pytesseract.image_to_string(img, lang="chi_sim"))
+    img = page.to_image(resolution=ocr_resolution(float(page.width), float(page.height), cfg)).original
+    try:
+        text = pytesseract.image_to_string(img, lang="chi_sim", timeout=cfg.ocr_timeout)
+    except RuntimeError as exc:  # pytesseract's timeout
+        raise ExtractionError(f"OCR of page {page.page_number}: {exc}") from exc
+    return _CJK_GAP.sub("", text)
 
 
 def _drop_running_lines(pages: list[list[str]]) -> list[list[str]]:
@@ -188,12 +632,29 @@ def _drop_running_lines(pages: list[list[str]]) -> list[list[str]]:
     return [[ln for ln in lines if ln not in running and not _PAGE_NO.match(ln)] for lines in pages]
 
 
-def extract_pdf(body: bytes, url: str, ocr: bool = True, min_chars: int = 10) -> Document:
+def _out_of_memory(exc: BaseException) -> bool:
+    """True if ``exc`` is, wraps or was caused by a MemoryError (pdfplumber wraps pdfminer's errors)."""
+    seen = 0
+    stack = [exc]
+    while stack and seen < 20:
+        e = stack.pop()
+        seen += 1
+        if isinstance(e, MemoryError):
+            return True
+        stack += [x for x in (e.__cause__, e.__context__, *e.args) if isinstance(x, BaseException)]
+    return False
+
+
+def extract_pdf(body: bytes, url: str, ocr: bool = True, min_chars: int = 10,
+                cfg: ExtractConfig = ExtractConfig()) -> Document:
     """PDF -> Document: pdfplumber text per page in order, running headers/footers and page numbers
     dropped; a page with fewer than ``min_chars`` chars of text layer is OCR'd (tesseract chi_sim).
+    Page count and OCR image size are checked against ``cfg`` before any page is read or rendered;
+    memory and time are bounded only when run through :mod:`crawler.sandbox`.
 
     Raises:
-        ExtractionError: the body is not a PDF or cannot be parsed, or no text results.
+        ExtractionError: the body is not a PDF or cannot be parsed, is over the caps, or no text results.
+        MemoryError: the PDF needs more memory than the process may have (e.g. a FlateDecode bomb).
     """
     import pdfplumber
 
@@ -204,15 +665,20 @@ def extract_pdf(body: bytes, url: str, ocr: bool = True, min_chars: int = 10) ->
         raw_pages, ocr_pages = [], []
         with pdf:
             info = pdf.metadata or {}
+            n_pages = len(pdf.pages)
+            if n_pages > cfg.max_pages:
+                raise ExtractionError(f"PDF has {n_pages} pages, over the cap of {cfg.max_pages}")
             for i, page in enumerate(pdf.pages):
                 t = page.extract_text() or ""
                 if len(t.strip()) < min_chars and ocr:
-                    t = _ocr(page)
+                    t = _ocr(page, cfg)
                     ocr_pages.append(i)
                 raw_pages.append([_CJK_GAP.sub("", ln.strip()) for ln in t.splitlines() if ln.strip()])
-    except ExtractionError:
+    except (ExtractionError, MemoryError):
         raise
     except Exception as exc:  # pdfminer raises many types for broken files
+        if _out_of_memory(exc):
+            raise MemoryError(f"PDF needs more memory than allowed: {exc}"[:300]) from exc
         raise ExtractionError(f"corrupt PDF: {type(exc).__name__}: {exc}"[:300]) from exc
     pages = _drop_running_lines(raw_pages)
     text = "\n".join(ln for lines in pages for ln in lines)
@@ -221,7 +687,8 @@ def extract_pdf(body: bytes, url: str, ocr: bool = True, min_chars: int = 10) ->
     title = str(info.get("Title") or "").strip() or next((ln for lines in pages for ln in lines), "")[:100]
     created = str(info.get("CreationDate") or "")  # PDF dates look like D:20231103120000+08'00'
     pub = parse_pubtime(f"{created[2:6]}-{created[6:8]}-{created[8:10]}") if created.startswith("D:") else None
-    return Document(url=url, content_type="pdf", title=title, text=text, pages=len(raw_pages), ocr=bool(ocr_pages),
+    return Document(url=url, content_type="pdf", title=strip_controls(title, one_line=True), text=strip_controls(text),
+                    pages=len(raw_pages), ocr=bool(ocr_pages),
                     ocr_pages=ocr_pages, pubtime=pub)
 
 
@@ -233,18 +700,22 @@ def is_pdf(body: bytes, url: str, content_type: str | None) -> bool:
     return "pdf" in ct or body.lstrip()[:5].startswith(b"%PDF") or url.lower().split("?")[0].endswith(".pdf")
 
 
-def extract(body: bytes, url: str, content_type: str | None, hints: dict | None = None) -> Document:
-    """The one entry point: bytes of a fetched response -> :class:`Document`.
+def extract(body: bytes, url: str, content_type: str | None, hints: dict | None = None,
+            cfg: ExtractConfig = ExtractConfig()) -> Document:
+    """The one entry point: bytes of a fetched response -> :class:`Document`, in this process (the
+    crawl runs it in a bounded worker: :class:`crawler.sandbox.ExtractionPool`).
 
     Args:
         content_type: the response's Content-Type header (None if unknown).
         hints: per-source registry hints (``body``: a CSS selector).
+        cfg: PDF caps (page count, OCR image size).
 
     Raises:
         ExtractionError: see :func:`extract_html` / :func:`extract_pdf`.
+        MemoryError: see :func:`extract_pdf`.
     """
     if is_pdf(body, url, content_type):
-        return extract_pdf(body, url)
+        return extract_pdf(body, url, cfg=cfg)
     return extract_html(body, url, content_type, (hints or {}).get("body"))
 
 

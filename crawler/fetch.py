@@ -1,15 +1,20 @@
-"""A polite HTTP fetcher on requests (SPEC §2; Scrapy-like politeness).
+"""A polite, bounded HTTP fetcher on requests (SPEC §2; Scrapy-like politeness).
 
-Per host: one ``requests.Session``, robots.txt obeyed (protego), at most one request at a time and
-at least ``delay`` seconds (or the robots Crawl-delay, if larger) between requests. Hosts run in
-parallel (the crawler gives each host its own worker). Retries with exponential backoff on 429,
-5xx, timeouts, connection errors and truncated bodies, honouring ``Retry-After``. Redirects are
-followed by hand (at most ``max_redirects``) and only to registered hosts. Bodies are streamed and
-cut off at ``max_bytes``. Conditional GET with ETag / Last-Modified on refresh.
+Per host: robots.txt obeyed (protego), at most one request at a time and at least ``delay`` seconds
+(or the robots Crawl-delay, capped at ``max_crawl_delay``) between requests. Hosts run in parallel
+(the crawler gives each host its own worker). Retries with exponential backoff on 429, 5xx,
+timeouts, connection errors and truncated bodies, honouring ``Retry-After`` (capped at
+``max_retry_after``). Redirects are followed by hand (at most ``max_redirects``); every URL, the
+first and each redirect target, passes one predicate (:class:`crawler.urlpolicy.UrlPolicy`).
+Every request has a total deadline (connect + headers + body, :mod:`crawler.netguard`) besides the
+per-read timeout; bodies, robots.txt included, are streamed and their decoded size capped
+(``max_bytes``, ``max_robots_bytes``). Conditional GET with ETag / Last-Modified on refresh.
 """
 from __future__ import annotations
 
 import email.utils
+import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,31 +24,45 @@ from urllib.parse import urljoin, urlsplit
 import requests
 from protego import Protego
 
+from crawler.netguard import Guard, Window, guarded_session
+from crawler.urlpolicy import UrlPolicy
+
 RETRY_STATUS = {429, 500, 502, 503, 504}
+REDIRECT_STATUS = {301, 302, 303, 307, 308}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class FetchConfig:
-    """Politeness and safety settings. Times in seconds, sizes in bytes."""
+    """Politeness and safety settings. Times in seconds, sizes in bytes (decoded).
+
+    ``deadline`` bounds one request in total (connect + headers + body), ``read_timeout`` one read;
+    ``max_crawl_delay`` caps a robots Crawl-delay and ``max_retry_after`` a Retry-After (both logged
+    when they cap); ``max_robots_bytes``: robots.txt beyond it is ignored (the first part is obeyed).
+    """
 
     user_agent: str = "PolicyBERT-corpus-crawler/0.1 (policy-text research; obeys robots.txt)"
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
+    deadline: float = 300.0
     delay: float = 1.0
     retries: int = 3
     backoff: float = 1.0
     max_backoff: float = 60.0
     max_retry_after: float = 120.0
+    max_crawl_delay: float = 30.0
     max_redirects: int = 5
     max_bytes: int = 50 * 1024 * 1024
+    max_robots_bytes: int = 512 * 1024
     obey_robots: bool = True
 
 
 @dataclass
 class FetchResult:
     """Outcome of one fetch. ``error`` is None on success (``status`` 200 or 304), else a reason
-    such as ``robots_disallowed``, ``unregistered_host``, ``redirect_loop``, ``too_large``,
-    ``http_404``, ``timeout``, ``connection_error``, ``truncated``."""
+    such as ``robots_disallowed``, ``unregistered_host``, ``unsafe_url``, ``private_address``,
+    ``redirect_loop``, ``too_large``, ``http_404``, ``timeout``, ``deadline``, ``connection_error``,
+    ``truncated``."""
 
     url: str
     final_url: str | None = None
@@ -64,16 +83,23 @@ class FetchResult:
         return self.status == 304
 
 
+@dataclass
+class _Response:
+    status: int
+    headers: dict
+    body: bytes | None
+
+
 class _Host:
     """Per-host state: session, lock (concurrency 1), next allowed request time, robots rules."""
 
-    def __init__(self, user_agent: str):
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = user_agent
+    def __init__(self, session: requests.Session):
+        self.session = session
         self.lock = threading.Lock()
         self.next_time = 0.0
         self.robots: Protego | None = None
         self.robots_loaded = False
+        self.crawl_delay = 0.0
 
 
 class _Fail(Exception):
@@ -83,26 +109,37 @@ class _Fail(Exception):
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta seconds or an HTTP date); None if absent or invalid."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        secs = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, (parsed - datetime.now(timezone.utc)).total_seconds()) if parsed else None
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        secs = (parsed - datetime.now(timezone.utc)).total_seconds()
+    return max(0.0, secs) if math.isfinite(secs) else None
 
 
 class Fetcher:
-    """Fetch URLs of the registered ``hosts`` politely (see module docstring). Thread-safe.
+    """Fetch URLs of the registered ``hosts`` politely and within bounds (see module docstring).
+    Thread-safe.
 
     Args:
         hosts: host names (or ``host:port``) that may be fetched, redirects included.
         before_request: optional ``f(netloc)`` called before every request (e.g. an orchestrator's
             rate limit for that host); it may block.
+        allow_private: admit hosts on loopback/private/link-local addresses (the registry's
+            ``allow_private_addresses``; local test servers).
     """
 
-    def __init__(self, hosts, cfg: FetchConfig = FetchConfig(), before_request=None):
-        self.allowed = set(hosts)
+    def __init__(self, hosts, cfg: FetchConfig = FetchConfig(), before_request=None, allow_private: bool = False):
+        self.policy = UrlPolicy(hosts, allow_private=allow_private)
+        self.guard = Guard(allow_private)
         self.cfg = cfg
         self.before_request = before_request
         self._hosts: dict[str, _Host] = {}
@@ -111,15 +148,45 @@ class Fetcher:
     def _host(self, netloc: str) -> _Host:
         with self._hosts_lock:
             if netloc not in self._hosts:
-                self._hosts[netloc] = _Host(self.cfg.user_agent)
+                self._hosts[netloc] = _Host(guarded_session(self.guard, self.cfg.user_agent))
             return self._hosts[netloc]
 
     def is_allowed_host(self, url: str) -> bool:
-        p = urlsplit(url)
-        return p.scheme in ("http", "https") and (p.hostname in self.allowed or p.netloc in self.allowed)
+        """True if ``url`` passes the URL policy (registered scheme/host/port, no userinfo, not ambiguous,
+        not on a private address unless allowed)."""
+        return self.policy.problem(url) is None
 
-    def _request(self, host: _Host, url: str, headers: dict) -> requests.Response:
-        """One polite request (holding the host lock, waiting for the host's delay)."""
+    def _read(self, resp: requests.Response, cap: int, w: Window, truncate: bool = False) -> bytes:
+        """The decoded body, at most ``cap`` bytes: over it, ``too_large`` (or the first ``cap`` bytes
+        if ``truncate``). Raises _Fail on a deadline, a cut connection or a decoding error."""
+        length = resp.headers.get("Content-Length")
+        if not truncate and length and length.isdigit() and int(length) > cap:
+            raise _Fail("too_large", f"Content-Length {length} > {cap}")
+        chunks, size = [], 0
+        try:
+            for chunk in resp.iter_content(64 * 1024):  # urllib3 decodes at most 64 KiB per read
+                size += len(chunk)
+                if size > cap:
+                    if truncate:
+                        chunks.append(chunk[: cap - (size - len(chunk))])
+                        log.warning("%s: body over %d bytes, first %d bytes kept", resp.url, cap, cap)
+                        break
+                    raise _Fail("too_large", f"body over {cap} bytes (decoded)")
+                chunks.append(chunk)
+        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
+                requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            if w.expired:
+                raise _Fail("deadline", f"body not read within {self.cfg.deadline} s") from exc
+            if isinstance(exc, requests.exceptions.Timeout):
+                raise _Fail("timeout", str(exc)[:200]) from exc
+            raise _Fail("truncated", str(exc)[:200]) from exc
+        if w.expired:  # the socket was shut: the body may look complete but is not
+            raise _Fail("deadline", f"response not read within {self.cfg.deadline} s")
+        return b"".join(chunks)
+
+    def _request(self, host: _Host, url: str, headers: dict, cap: int, truncate: bool = False) -> _Response:
+        """One polite, bounded request (holding the host lock, after the host's delay). The body is
+        read for 2xx responses other than 304 only. Raises _Fail."""
         with host.lock:
             if self.before_request is not None:
                 self.before_request(urlsplit(url).netloc)
@@ -127,13 +194,30 @@ class Fetcher:
             if wait > 0:
                 time.sleep(wait)
             try:
-                return host.session.get(url, headers=headers, allow_redirects=False, stream=True,
-                                        timeout=(self.cfg.connect_timeout, self.cfg.read_timeout))
+                with self.guard.window(self.cfg.deadline) as w:
+                    try:
+                        resp = host.session.get(url, headers=headers, allow_redirects=False, stream=True,
+                                                timeout=(self.cfg.connect_timeout, self.cfg.read_timeout))
+                    except requests.exceptions.RequestException as exc:
+                        if w.blocked:
+                            raise _Fail("private_address", f"{url}: {w.blocked}") from exc
+                        if w.expired:
+                            raise _Fail("deadline", f"no response within {self.cfg.deadline} s") from exc
+                        if isinstance(exc, requests.exceptions.Timeout):
+                            raise _Fail("timeout", str(exc)[:200]) from exc
+                        raise _Fail("connection_error", str(exc)[:200]) from exc
+                    try:
+                        status = resp.status_code
+                        body = None
+                        if 200 <= status < 300 and status != 304:
+                            body = self._read(resp, cap, w, truncate)
+                        elif w.expired:
+                            raise _Fail("deadline", f"headers not read within {self.cfg.deadline} s")
+                        return _Response(status, dict(resp.headers), body)
+                    finally:
+                        resp.close()
             finally:
-                delay = self.cfg.delay
-                if host.robots is not None:
-                    delay = max(delay, host.robots.crawl_delay(self.cfg.user_agent) or 0.0)
-                host.next_time = time.monotonic() + delay
+                host.next_time = time.monotonic() + max(self.cfg.delay, host.crawl_delay)
 
     def _robots(self, host: _Host, url: str) -> Protego | None:
         if not self.cfg.obey_robots:
@@ -141,40 +225,28 @@ class Fetcher:
         if not host.robots_loaded:
             p = urlsplit(url)
             try:
-                r = self._request(host, f"{p.scheme}://{p.netloc}/robots.txt", {})
-                text = r.content[: 512 * 1024].decode("utf-8", "replace") if r.status_code == 200 else ""
-                r.close()
-            except requests.RequestException:
+                r = self._request(host, f"{p.scheme}://{p.netloc}/robots.txt", {}, self.cfg.max_robots_bytes,
+                                  truncate=True)
+                text = r.body.decode("utf-8", "replace") if r.status == 200 and r.body else ""
+            except _Fail as f:
+                log.info("%s: robots.txt not read (%s), crawling as allowed", p.netloc, f.reason)
                 text = ""  # unreachable robots.txt: allow, as Scrapy does
             host.robots = Protego.parse(text)
+            delay = host.robots.crawl_delay(self.cfg.user_agent) or 0.0
+            if delay > self.cfg.max_crawl_delay:
+                log.warning("%s: robots Crawl-delay %s s capped at %s s", p.netloc, delay, self.cfg.max_crawl_delay)
+                delay = self.cfg.max_crawl_delay
+            host.crawl_delay = delay
             host.robots_loaded = True
         return host.robots
-
-    def _read(self, resp: requests.Response) -> bytes:
-        length = resp.headers.get("Content-Length")
-        if length and length.isdigit() and int(length) > self.cfg.max_bytes:
-            resp.close()
-            raise _Fail("too_large", f"Content-Length {length} > {self.cfg.max_bytes}")
-        chunks, size = [], 0
-        try:
-            for chunk in resp.iter_content(64 * 1024):
-                size += len(chunk)
-                if size > self.cfg.max_bytes:
-                    raise _Fail("too_large", f"body over {self.cfg.max_bytes} bytes")
-                chunks.append(chunk)
-        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
-                requests.exceptions.ConnectionError) as exc:
-            raise _Fail("truncated", str(exc)[:200]) from exc
-        finally:
-            resp.close()
-        return b"".join(chunks)
 
     def _once(self, url: str, validators: dict | None) -> FetchResult:
         seen = [url]
         current = url
         for _ in range(self.cfg.max_redirects + 1):
-            if not self.is_allowed_host(current):
-                raise _Fail("unregistered_host", f"{current} is not on a registered host")
+            problem = self.policy.problem(current)
+            if problem is not None:
+                raise _Fail(*problem)
             host = self._host(urlsplit(current).netloc)
             robots = self._robots(host, current)
             if robots is not None and not robots.can_fetch(current, self.cfg.user_agent):
@@ -185,32 +257,23 @@ class Fetcher:
                     headers["If-None-Match"] = validators["etag"]
                 if validators.get("last_modified"):
                     headers["If-Modified-Since"] = validators["last_modified"]
-            try:
-                resp = self._request(host, current, headers)
-            except requests.exceptions.Timeout as exc:
-                raise _Fail("timeout", str(exc)[:200]) from exc
-            except requests.exceptions.ConnectionError as exc:
-                raise _Fail("connection_error", str(exc)[:200]) from exc
-            if resp.is_redirect or resp.status_code in (301, 302, 303, 307, 308):
+            resp = self._request(host, current, headers, self.cfg.max_bytes)
+            status = resp.status
+            if status in REDIRECT_STATUS:
                 nxt = urljoin(current, resp.headers.get("Location", ""))
-                resp.close()
                 if nxt in seen:
                     raise _Fail("redirect_loop", " -> ".join(seen + [nxt]))
                 seen.append(nxt)
                 current = nxt
                 continue
-            status = resp.status_code
             if status in RETRY_STATUS:
-                ra = _retry_after(resp.headers.get("Retry-After"))
-                resp.close()
-                raise _Fail(f"http_{status}", "", retry_after=ra, status=status)
+                raise _Fail(f"http_{status}", "", retry_after=_retry_after(resp.headers.get("Retry-After")),
+                            status=status)
             if status == 304:
-                resp.close()
-                return FetchResult(url, current, 304, dict(resp.headers))
-            if status >= 400:
-                resp.close()
+                return FetchResult(url, current, 304, resp.headers)
+            if status >= 300:
                 raise _Fail(f"http_{status}", status=status)
-            return FetchResult(url, current, status, dict(resp.headers), self._read(resp))
+            return FetchResult(url, current, status, resp.headers, resp.body)
         raise _Fail("too_many_redirects", " -> ".join(seen))
 
     def fetch(self, url: str, validators: dict | None = None) -> FetchResult:
@@ -232,7 +295,10 @@ class Fetcher:
                 if not retryable or attempts > self.cfg.retries:
                     return FetchResult(url, None, f.status, error=f.reason, detail=f.detail, attempts=attempts,
                                        fetched_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-                wait = self.cfg.backoff * 2 ** (attempts - 1)
+                wait = min(self.cfg.backoff * 2 ** (attempts - 1), self.cfg.max_backoff)
                 if f.retry_after is not None:
+                    if f.retry_after > self.cfg.max_retry_after:
+                        log.warning("%s: Retry-After %.0f s capped at %s s", url, f.retry_after,
+                                    self.cfg.max_retry_after)
                     wait = max(wait, min(f.retry_after, self.cfg.max_retry_after))
-                time.sleep(min(wait, self.cfg.max_backoff if f.retry_after is None else self.cfg.max_retry_after))
+                time.sleep(wait)

@@ -4,6 +4,9 @@ Each entry: ``name`` (the channel), ``id``, ``hosts`` (the only hosts the crawle
 redirects included; may be empty only for an entry with no URLs yet), ``seeds`` (document URLs), optional ``listings`` (pages whose links matching
 ``link_pattern`` are new documents) and ``extract`` hints (``expect: pdf|html|mixed``, ``body``: a
 CSS selector for the article body).
+
+Top level: ``allow_private_addresses`` (default false): let the crawler fetch hosts that resolve to
+loopback, private or link-local addresses (local test servers); off, such hosts are refused (SSRF).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class Source:
     link_pattern: str | None = None
     extract: dict = field(default_factory=dict)
     note: str | None = None
+    allow_private_addresses: bool = False
 
 
 def _problems(i: int, e: object) -> list[str]:
@@ -67,7 +71,7 @@ def _problems(i: int, e: object) -> list[str]:
 
 
 def load_registry(path: str | os.PathLike = DEFAULT_REGISTRY) -> list[Source]:
-    """Load and validate a registry file.
+    """Load and validate a registry file; every source carries the file's ``allow_private_addresses``.
 
     Raises:
         RegistryError: the file is missing or not YAML, ``sources`` is absent, an entry is invalid,
@@ -81,6 +85,9 @@ def load_registry(path: str | os.PathLike = DEFAULT_REGISTRY) -> list[Source]:
     entries = (doc or {}).get("sources") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise RegistryError(f"registry {path}: top-level 'sources' list missing")
+    allow_private = doc.get("allow_private_addresses", False)
+    if not isinstance(allow_private, bool):
+        raise RegistryError(f"registry {path}: allow_private_addresses must be true or false")
     problems = [p for i, e in enumerate(entries) for p in _problems(i, e)]
     names = [e.get("name") for e in entries if isinstance(e, dict)]
     problems += [f"duplicate source name {n!r}" for n in sorted({n for n in names if names.count(n) > 1})]
@@ -90,5 +97,6 @@ def load_registry(path: str | os.PathLike = DEFAULT_REGISTRY) -> list[Source]:
 
     return [Source(name=e["name"], id=e.get("id") or source_id(e["name"]), hosts=tuple(e["hosts"]),
                    seeds=tuple(e.get("seeds") or ()), listings=tuple(e.get("listings") or ()),
-                   link_pattern=e.get("link_pattern"), extract=dict(e.get("extract") or {}), note=e.get("note"))
+                   link_pattern=e.get("link_pattern"), extract=dict(e.get("extract") or {}), note=e.get("note"),
+                   allow_private_addresses=allow_private)
             for e in entries]

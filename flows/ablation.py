@@ -105,14 +105,17 @@ def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", m
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry: validate, take the data dir's run lock (as :func:`flows.pipeline.main`), run the ablation.
+    Exits 2 on bad input or when ``--lock-timeout`` expires while another run holds the data dir."""
     from transformers.utils import logging as hf_logging
 
-    from flows.cli import preflight
+    from flows.cli import exclusive_run, preflight
 
     args = preflight("flows.ablation", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    policybert_ablation(args.input, args.data_dir, args.profile, seeds=args.seeds)
+    with exclusive_run(args):  # one run per data dir (shared with flows.pipeline)
+        policybert_ablation(args.input, args.data_dir, args.profile, seeds=args.seeds)
     return 0
 
 

@@ -5,18 +5,34 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from flows.env import prefect_env, reexec_with_prefect_env
 
 PROFILE_NAMES = ("cpu-small", "gpu-base", "tiny")
+COLUMN_FLAGS = (("id", "id"), ("text", "text"), ("title", "title"), ("source", None), ("pubtime", None), ("url", None))
+
+
+def column_mapping(args: argparse.Namespace) -> dict | None:
+    """The ``--*-column`` flags as ``ColumnMapping`` fields (only those given), or None when none is."""
+    given = {f"{name}_column": getattr(args, f"{name}_column") for name, _ in COLUMN_FLAGS}
+    given = {k: v for k, v in given.items() if v is not None}
+    return given or None
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flows.pipeline",
                                 description="Run policy_pipeline: documents -> cleaned corpus -> vocab -> "
                                             "PolicySM datasets -> PolicyBERT -> FAISS index.")
-    p.add_argument("--input", required=True, help="corpus CSV export (title,pubtime,channel,describes,contentText), or 'crawl'")
+    p.add_argument("--input", required=True,
+                   help="corpus CSV export (title,pubtime,channel,describes,contentText), a JSON Lines (.jsonl, "
+                        ".jsonl.gz) or Parquet file read with the --*-column mapping, or 'crawl'")
+    for name, default in COLUMN_FLAGS:
+        p.add_argument(f"--{name}-column", default=None,
+                       help=f"JSON Lines / Parquet input: the field holding the {name}" +
+                            (f" (default {default!r})" if default else " (default: none)"))
     p.add_argument("--data-dir", required=True, help="where every stage writes its outputs")
     p.add_argument("--profile", default="cpu-small", choices=PROFILE_NAMES)
     p.add_argument("--sources-csv", default=None, help="provenance list (default: policy_sources.csv beside input)")
@@ -28,7 +44,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task-runner", default="threads", choices=("threads", "dask"),
                    help="where mapped stages run: threads (default) or Dask (prefect-dask)")
     p.add_argument("--dask-address", default=None, help="an existing Dask scheduler, e.g. tcp://host:8786")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                   help="override one profile setting, e.g. --set chunks.max_chars=500 (repeatable)")
     p.add_argument("--seeds", type=int, default=3, help="flows.ablation only: training seeds per model (mean ± std)")
+    p.add_argument("--lock-timeout", type=float, default=None, metavar="SECONDS",
+                   help="when another run holds the data dir: wait at most this long, then exit 2 "
+                        "(0 = fail at once; default: wait until it ends)")
     return p
 
 
@@ -42,12 +63,24 @@ def validate(args: argparse.Namespace) -> None:
 
         load_registry(args.registry or DEFAULT_REGISTRY)  # RegistryError lists every bad entry
     else:
-        read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
+        from crawler.records_import import ColumnMapping, is_record_file, read_records
+
+        if is_record_file(args.input):
+            read_records(args.input, ColumnMapping(**(column_mapping(args) or {})))  # InputError: no document
+        elif column_mapping(args):
+            raise ValueError("--*-column flags apply to JSON Lines / Parquet input only")
+        else:
+            read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
     for flag, path in (("--char-backbone", args.char_backbone), ("--word-backbone", args.word_backbone)):
         if path and not any((Path(path) / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
             raise ValueError(f"{flag} {path}: not a checkpoint folder (no model.safetensors or pytorch_model.bin)")
     if args.word_backbone and not args.char_backbone:
         raise ValueError("--word-backbone needs --char-backbone (the word encoder is fused into a BERT char encoder)")
+    if args.lock_timeout is not None and not args.lock_timeout >= 0:
+        raise ValueError(f"--lock-timeout {args.lock_timeout}: must be >= 0 seconds")
+    from flows.profiles import get_profile, with_settings
+
+    with_settings(get_profile(args.profile), args.settings)  # ValueError names a bad --set
     check_writable_dir(args.data_dir)
 
 
@@ -64,3 +97,29 @@ def preflight(module: str, argv: list[str] | None = None, reexec: bool = True) -
         os.makedirs(prefect_env(args.data_dir)["PREFECT_HOME"], exist_ok=True)
         reexec_with_prefect_env(args.data_dir, module)
     return args
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def exclusive_run(args: argparse.Namespace) -> Iterator[None]:
+    """Hold the data dir for the ``with`` block: its run lock (``DATA_DIR/.run.lock``, waiting at most
+    ``args.lock_timeout`` seconds, printing once who holds it), SIGTERM/SIGINT handlers that take
+    the run's temporary Prefect server down with it, and, once locked, stop servers orphaned by
+    killed runs on the data dir. A busy data dir prints ``error: data dir … is in use by another
+    run (pid N, …)`` and exits 2 (``SystemExit``)."""
+    from ops.prefect_server import stop_on_signals, stop_orphaned_servers
+    from ops.runlock import RunLockBusy, run_lock
+
+    with ExitStack() as stack:
+        stack.enter_context(stop_on_signals())
+        try:
+            stack.enter_context(run_lock(args.data_dir, timeout=args.lock_timeout, on_wait=_say))
+        except RunLockBusy as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        for pid in stop_orphaned_servers(args.data_dir):
+            _say(f"stopped an orphaned Prefect server of {args.data_dir} (pid {pid})")
+        yield

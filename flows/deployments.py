@@ -5,7 +5,9 @@
 - ``model-rebuild`` (weekly): pretraining data -> pretrain -> fine-tune -> retrieval evaluation
 - ``index-refresh``: index refresh (only new/changed chunks embedded) -> retrieval evaluation
 
-Each reads what the previous ones wrote under ``data_dir``; unchanged stages are cache hits.
+Each reads what the previous ones wrote under ``data_dir``; unchanged stages are cache hits. Each holds the
+data dir's run lock (:mod:`ops.runlock`) while it runs, so the deployments, which share one data dir, and
+CLI runs never write it at the same time (a second run waits).
 """
 from __future__ import annotations
 
@@ -15,19 +17,28 @@ from prefect import flow
 
 from flows.profiles import get_profile
 from flows.stages import corpus_stages, index_stages, model_stages
+from ops.runlock import run_lock
+from storage.atomic import clean_leftovers
 from tasks import stages as T
+
+
+def _result(value):
+    """A task's result, waiting for it when it is a future (so the run lock is held until the tasks end)."""
+    return value.result() if hasattr(value, "result") else value
 
 
 @flow(name="corpus-refresh", log_prints=True)
 def corpus_refresh(data_dir: str, input: str = "crawl", profile: str = "cpu-small", registry: str | None = None,
-                   refresh: bool = True, stopwords: str | None = None) -> dict:
+                   refresh: bool = True, stopwords: str | None = None, columns: dict | None = None) -> dict:
     """Refresh the corpus and the datasets: ``input`` is ``"crawl"`` (conditional GETs with ``refresh``)
-    or a CSV export."""
+    or a corpus file (CSV export; JSON Lines / Parquet read with the column mapping ``columns``)."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    r = corpus_stages(cfg, data_dir, input, None, stopwords, registry, refresh)
-    T.lineage(data_dir, wait_for=[r["report"]])
-    return {k: r[k] for k in ("clean", "vocab", "datasets")}
+    with run_lock(data_dir, on_wait=print):
+        clean_leftovers(data_dir)
+        r = corpus_stages(cfg, data_dir, input, None, stopwords, registry, refresh, columns)
+        T.lineage(data_dir, wait_for=[r["report"]])
+        return {k: _result(r[k]) for k in ("clean", "vocab", "datasets")}
 
 
 @flow(name="model-rebuild", log_prints=True)
@@ -36,9 +47,12 @@ def model_rebuild(data_dir: str, profile: str = "cpu-small", char_backbone: str 
     """Rebuild PolicyBERT from the current datasets, then evaluate retrieval with the new encoder."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    r = model_stages(cfg, data_dir, None, char_backbone, word_backbone)
-    r.update(index_stages(cfg, data_dir, [r["finetune"]]))
-    T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+    with run_lock(data_dir, on_wait=print):
+        clean_leftovers(data_dir)
+        r = model_stages(cfg, data_dir, None, char_backbone, word_backbone)
+        r.update(index_stages(cfg, data_dir, [r["finetune"]]))
+        T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+        r = {k: _result(v) for k, v in r.items()}
     return {"pretrain": r["pretrain"]["heldout"], "finetune": {k: r["finetune"][k] for k in ("dev", "test")},
             "retrieval": r["retrieval_eval"]["table"]}
 
@@ -48,6 +62,9 @@ def index_refresh(data_dir: str, profile: str = "cpu-small") -> dict:
     """Refresh the FAISS index from the current cleaned corpus and fine-tuned encoder."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    r = index_stages(cfg, data_dir)
-    T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+    with run_lock(data_dir, on_wait=print):
+        clean_leftovers(data_dir)
+        r = index_stages(cfg, data_dir)
+        T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+        r = {k: _result(v) for k, v in r.items()}
     return {"index": r["index"], "retrieval": r["retrieval_eval"]["table"]}

@@ -13,13 +13,18 @@ from pathlib import Path
 from storage.layout import PREFECT_HOME
 
 MARK = "POLICYBERT_PREFECT_ENV"
+STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+DEFAULT_STARTUP_TIMEOUT_S = 120  # prefect's own default, 20 s, is too short on a loaded 2-core machine
 
 
 def prefect_env(data_dir: str | os.PathLike) -> dict[str, str]:
-    """Variables that keep Prefect's home, SQLite database and task results under ``data_dir/.prefect``."""
+    """Variables that keep Prefect's home, SQLite database and task results under ``data_dir/.prefect``,
+    and give the temporary API server ``DEFAULT_STARTUP_TIMEOUT_S`` seconds to start (a value of
+    ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` already in the environment wins)."""
     home = Path(data_dir).resolve() / PREFECT_HOME
     return {
         "PREFECT_HOME": str(home),
+        STARTUP_TIMEOUT: os.environ.get(STARTUP_TIMEOUT, str(DEFAULT_STARTUP_TIMEOUT_S)),
         "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LOG_PRINTS": "true",

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.profiles import get_profile
+from flows.profiles import get_profile, with_settings
 from flows.runners import task_runner
 from flows.stages import corpus_stages, index_stages, model_stages
 from flows.summary import build_summary, format_summary
 from storage import atomic_write_text
+from storage.atomic import clean_leftovers
 from storage import layout as L
 from tasks import stages as T
 
@@ -31,17 +32,21 @@ from tasks import stages as T
 @flow(name="policy-pipeline", log_prints=True)
 def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sources_csv: str | None = None,
                     stopwords: str | None = None, char_backbone: str | None = None,
-                    word_backbone: str | None = None, registry: str | None = None, refresh: bool = False) -> dict:
+                    word_backbone: str | None = None, registry: str | None = None, refresh: bool = False,
+                    settings: list[str] | None = None, columns: dict | None = None) -> dict:
     """Run every stage on a CSV export ``input`` into ``data_dir``; returns the run summary.
 
     ``sources_csv`` / ``stopwords`` default to ``policy_sources.csv`` / ``stopwords.txt`` beside the input.
     ``char_backbone`` / ``word_backbone``: local BERT (bge) / ZEN checkpoint dirs to initialise PolicyBERT.
     ``input="crawl"`` crawls the sources of ``registry`` (default ``crawler/sources.yaml``) instead;
-    ``refresh`` re-checks already fetched pages with conditional GETs.
+    ``refresh`` re-checks already fetched pages with conditional GETs. ``settings``: ``KEY=VALUE``
+    overrides of the profile (:func:`flows.profiles.with_settings`). ``columns``: the column mapping of a
+    JSON Lines / Parquet ``input`` (:class:`crawler.records_import.ColumnMapping` fields).
     """
-    cfg = get_profile(profile)
+    cfg = with_settings(get_profile(profile), settings)
     data_dir = str(Path(data_dir).resolve())
-    r = corpus_stages(cfg, data_dir, input, sources_csv, stopwords, registry, refresh)
+    clean_leftovers(data_dir)
+    r = corpus_stages(cfg, data_dir, input, sources_csv, stopwords, registry, refresh, columns)
     r.update(model_stages(cfg, data_dir, [r["vocab"], r["segment"], r["datasets"]], char_backbone, word_backbone))
     r.update(index_stages(cfg, data_dir, [r["finetune"]]))
     r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
@@ -53,17 +58,19 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry (see :mod:`flows.cli`): validate, run the flow, print the summary."""
+    """CLI entry (see :mod:`flows.cli`): validate, take the data dir's run lock, run the flow, print the summary.
+    Exits 2 on bad input or when ``--lock-timeout`` expires while another run holds the data dir."""
     from transformers.utils import logging as hf_logging
 
-    from flows.cli import preflight
+    from flows.cli import column_mapping, exclusive_run, preflight
 
     args = preflight("flows.pipeline", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     flow_ = policy_pipeline.with_options(task_runner=task_runner(args.task_runner, args.dask_address))
-    flow_(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords, args.char_backbone,
-          args.word_backbone, args.registry, args.refresh)
+    with exclusive_run(args):  # one run per data dir; stops orphaned servers; SIGTERM stops ours
+        flow_(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords, args.char_backbone,
+              args.word_backbone, args.registry, args.refresh, args.settings, column_mapping(args))
     return 0
 
 

@@ -99,3 +99,49 @@ def get_profile(name: str, **overrides) -> PipelineConfig:
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})")
     return replace(PROFILES[name], **overrides) if overrides else PROFILES[name]
+
+
+def _parse_value(text: str, current):
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = text
+    if isinstance(current, bool) or current is None:
+        return value
+    if isinstance(current, float) and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, type(current)):
+        raise ValueError(f"expected a {type(current).__name__}, got {text!r}")
+    return value
+
+
+def _set(obj, path: list[str], text: str):
+    from dataclasses import fields, is_dataclass
+
+    names = {f.name for f in fields(obj)} if is_dataclass(obj) else set()
+    if path[0] not in names:
+        raise ValueError(f"no setting {path[0]!r} (known: {', '.join(sorted(names))})")
+    current = getattr(obj, path[0])
+    value = _set(current, path[1:], text) if len(path) > 1 else _parse_value(text, current)
+    return replace(obj, **{path[0]: value})
+
+
+def with_settings(cfg: PipelineConfig, settings: list[str] | None) -> PipelineConfig:
+    """``cfg`` with ``KEY=VALUE`` settings applied, KEY a dotted field path (``chunks.max_chars=500``,
+    ``vocab.min_freq=5``, ``segment_parts=3``), VALUE parsed as JSON (else a string) and checked against
+    the field's current type.
+
+    Raises:
+        ValueError: a malformed setting, an unknown field (the message lists the known ones) or a wrong type.
+    """
+    for item in settings or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            cfg = _set(cfg, key.split("."), text)
+        except ValueError as exc:
+            raise ValueError(f"--set {item}: {exc}") from None
+    return cfg

@@ -1,6 +1,9 @@
-"""Query the serving index: ``python -m flows.search QUERY --data-dir DIR -k 5 [--min-score S]``.
+"""Query the serving index: ``python -m flows.search QUERY --data-dir DIR -k 5 [--min-score S]
+[--mode hybrid|dense|sparse]``.
 
-Prints one JSON line per hit: score, doc_id, title, source, url, start, end, text.
+Prints one JSON line per hit: score, dense_score, sparse_score, dense_rank, sparse_rank, mode, doc_id,
+title, source, url, start, end, text. ``hybrid`` (default) fuses the dense and BM25 rankings with the
+weights fitted when the index version was built (see ``retrieval.hybrid``).
 """
 from __future__ import annotations
 
@@ -10,27 +13,33 @@ import sys
 from pathlib import Path
 
 
+FIELDS = ("score", "dense_score", "sparse_score", "dense_rank", "sparse_rank", "mode", "doc_id", "title", "source",
+          "url", "start", "end", "text")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flows.search")
     parser.add_argument("query")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("-k", type=int, default=5)
-    parser.add_argument("--min-score", type=float, default=None)
+    parser.add_argument("--min-score", type=float, default=None, help="drop hits whose score (of the mode) is lower")
+    parser.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
     args = parser.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
+    from retrieval.pinning import EncoderMismatchError
     from retrieval.stages import query_index
     from storage import layout as L
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        hits = query_index(Path(args.data_dir) / L.INDEX, args.query, args.k, args.min_score)
-    except FileNotFoundError as exc:
+        hits = query_index(Path(args.data_dir) / L.INDEX, args.query, args.k, args.min_score, args.mode)
+    except (FileNotFoundError, EncoderMismatchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for h in hits:
-        print(json.dumps({k: h[k] for k in ("score", "doc_id", "title", "source", "url", "start", "end", "text")},
+        print(json.dumps({k: h[k] for k in FIELDS},
                          ensure_ascii=False, default=str))
     return 0
 

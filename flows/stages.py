@@ -28,25 +28,35 @@ def _sibling(path: str, name: str) -> str | None:
     return str(p) if p.is_file() else None
 
 
+def mapped_stage(plan, part_task, n_parts: int, merge_task, data_dir: str, part_args: tuple = (),
+                 merge_args: tuple = (), merge_kwargs: dict | None = None):
+    """Plan -> parts -> merge: ``part_task(data_dir, plan, i, *part_args)`` for each of ``n_parts`` parts on the
+    flow's task runner, then ``merge_task(data_dir, parts, *merge_args)`` with the parts' records in order.
+    The plan (a task future) is passed to every part, so each part's cache key sees exactly what it will do."""
+    parts = part_task.map(unmapped(data_dir), unmapped(plan), range(n_parts), *[unmapped(a) for a in part_args])
+    return merge_task(data_dir, *merge_args, parts=parts, **(merge_kwargs or {}))
+
+
 def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: str | None = None,
-                  stopwords: str | None = None, registry: str | None = None, refresh: bool = False) -> dict:
-    """Text stages; ``input`` is a CSV export or ``"crawl"``. Returns the stage futures/results by name."""
+                  stopwords: str | None = None, registry: str | None = None, refresh: bool = False,
+                  columns: dict | None = None) -> dict:
+    """Text stages; ``input`` is a CSV export, a JSON Lines / Parquet file read with the column mapping
+    ``columns``, or ``"crawl"``. Returns the stage futures/results by name."""
     r: dict = {}
     if input == "crawl":
-        r["import"] = M(T.crawl_documents, data_dir, L.DOCUMENTS)(data_dir, registry, refresh)
+        r["import"] = M(T.crawl_documents, data_dir)(data_dir, registry, refresh)
     else:
         sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
         stopwords = stopwords or _sibling(input, "stopwords.txt")
-        r["import"] = M(T.import_documents, data_dir, L.DOCUMENTS)(data_dir, str(Path(input).resolve()), sources_csv)
-    r["clean"] = M(T.clean, data_dir, L.DOCUMENTS_CLEAN, L.REJECTS)(data_dir, cfg.clean, wait_for=[r["import"]])
-    r["sentences"] = M(T.sentences, data_dir, L.SENTENCES)(data_dir, cfg.sentences, wait_for=[r["clean"]])
-    parts = T.segment_part.map(unmapped(data_dir), range(cfg.segment_parts), unmapped(cfg.segment_parts),
-                               unmapped(cfg.segmenter), wait_for=[r["sentences"]])
-    r["segment"] = M(T.segment, data_dir, L.SEGMENTS)(data_dir, cfg.segmenter, n_parts=cfg.segment_parts,
-                                                      wait_for=parts)
-    r["vocab"] = M(T.vocab, data_dir, L.VOCAB)(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
-    r["datasets"] = M(T.datasets, data_dir, L.POLICYSM1, L.POLICYSM2)(data_dir, cfg.pairs, wait_for=[r["sentences"]])
-    r["report"] = T.dataset_report(data_dir, wait_for=[r["datasets"], r["vocab"]])
+        r["import"] = M(T.import_documents, data_dir)(data_dir, str(Path(input).resolve()), sources_csv, columns)
+    r["clean"] = M(T.clean, data_dir)(data_dir, cfg.clean, wait_for=[r["import"]])
+    r["sentences"] = M(T.sentences, data_dir)(data_dir, cfg.sentences, wait_for=[r["clean"]])
+    plan = T.segment_plan(data_dir, cfg.segment_parts, wait_for=[r["sentences"]])
+    r["segment"] = mapped_stage(plan, T.segment_part, cfg.segment_parts, M(T.segment, data_dir), data_dir,
+                                (cfg.segmenter,), (cfg.segmenter,))
+    r["vocab"] = M(T.vocab, data_dir)(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
+    r["datasets"] = M(T.datasets, data_dir)(data_dir, cfg.pairs, wait_for=[r["sentences"]])
+    r["report"] = M(T.dataset_report, data_dir)(data_dir, wait_for=[r["datasets"], r["vocab"]])
     return r
 
 
@@ -55,12 +65,12 @@ def model_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
     """Pretraining data, pretraining and fine-tuning on PolicySM-1 (reads the text stages' outputs)."""
     r: dict = {}
     upstream = upstream or []
-    r["pretrain_data"] = M(T.pretrain_data, data_dir, L.TOKENIZER, f"{L.PRETRAIN}/epoch=0")(
+    r["pretrain_data"] = M(T.pretrain_data, data_dir)(
         data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone, wait_for=upstream)
-    r["pretrain"] = M(T.pretrain, data_dir, L.PRETRAINED_MODEL)(
+    r["pretrain"] = M(T.pretrain, data_dir, out=L.PRETRAINED_MODEL)(
         data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL, char_backbone, word_backbone,
         wait_for=[r["pretrain_data"]])
-    r["finetune"] = M(T.finetune, data_dir, L.FINETUNED_MODEL)(
+    r["finetune"] = M(T.finetune, data_dir, out=L.FINETUNED_MODEL)(
         data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], *upstream])
     return r
 
@@ -69,10 +79,8 @@ def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
     """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
     r: dict = {}
     plan = T.index_plan(data_dir, cfg.chunks, cfg.index, wait_for=upstream or [])
-    parts = T.embed_part.map(unmapped(data_dir), range(cfg.embed_parts), unmapped(cfg.embed_parts),
-                             unmapped(cfg.embed_batch_size), wait_for=[plan])
-    r["index"] = M(T.index, data_dir, L.INDEX)(data_dir, cfg.chunks, cfg.index, cfg.embed_batch_size,
-                                               cfg.embed_parts, wait_for=parts)
-    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir, L.RETRIEVAL_EVAL)(
-        data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
+    r["index"] = mapped_stage(plan, T.embed_part, cfg.embed_parts, M(T.index, data_dir), data_dir,
+                              (cfg.embed_parts, cfg.embed_batch_size),
+                              (cfg.chunks, cfg.index, cfg.embed_batch_size, cfg.embed_parts))
+    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
     return r

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForPreTraining
 
+from corpus.pairs import PairConfig, split_documents
 from model.baselines import pair_baselines
 from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
@@ -26,9 +27,9 @@ from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, 
 from model.modeling import PolicyBertForPreTraining, PolicyBertModel
 from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
 from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
-from storage import atomic_path, code_version, manifest_fingerprint, read_manifest, read_table, write_table
+from storage.contracts import Stage
+from storage import atomic_path, manifest_fingerprint, read_manifest, read_table, write_table
 
-MODEL_PACKAGES = ("model", "storage")
 WORD_VOCAB = "word_vocab.txt"
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ def tokenizer_stage(sentences_dir, out_dir, char_backbone: str | None = None, mi
 
 def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, split_of: dict[str, str],
                         out_root, cfg: PretrainDataConfig, epochs: int) -> dict:
-    """``pretrain/epoch=N/`` tables (split=train/dev/test) for N in 0..epochs-1."""
+    """``pretrain/epoch=N/`` tables (split=train/dev/test) for N in 0..epochs-1, written as one folder
+    (atomically: a reader sees the previous epochs or the new ones, never a mix)."""
     sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"])
     segs = read_table(segments_dir)
     enc = CharEncoder.from_dir(tokenizer_dir)
@@ -69,12 +71,26 @@ def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, s
     inputs = {"sentences": manifest_fingerprint(sentences_dir), "segments": manifest_fingerprint(segments_dir),
               "vocab": manifest_fingerprint(vocab_dir)}
     out = {}
-    for epoch in range(epochs):
-        df, stats = build_pretrain_epoch(sents, segs, split_of, enc, matcher, cfg, epoch)
-        write_table(df, Path(out_root) / f"epoch={epoch}", name="pretrain", config={**asdict(cfg), "epoch": epoch},
-                    code_version=code_version(MODEL_PACKAGES), inputs=inputs, stats=stats, partition_by="split")
-        out[f"epoch={epoch}"] = stats
+    with atomic_path(out_root) as tmp:
+        tmp.mkdir(parents=True)
+        for epoch in range(epochs):
+            df, stats = build_pretrain_epoch(sents, segs, split_of, enc, matcher, cfg, epoch)
+            write_table(df, tmp / f"epoch={epoch}", name="pretrain", config={**asdict(cfg), "epoch": epoch},
+                        code_version=PRETRAIN_DATA.code_version(), inputs=inputs, stats=stats, partition_by="split")
+            out[f"epoch={epoch}"] = stats
     return out
+
+
+def pretrain_inputs_stage(sentences_dir, segments_dir, vocab_dir, clean_dir, tokenizer_dir, out_root,
+                          pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
+                          char_backbone: str | None = None) -> dict:
+    """The char tokenizer (:func:`tokenizer_stage`) and the pretraining epochs (:func:`pretrain_data_stage`),
+    split by document exactly as the PolicySM datasets are (``pairs_cfg``'s seed and ratios)."""
+    tok = tokenizer_stage(sentences_dir, tokenizer_dir, char_backbone)
+    ids = read_table(clean_dir, ["doc_id"])["doc_id"].tolist()
+    split_of = split_documents(ids, pairs_cfg.split_ratios, pairs_cfg.seed)
+    return {**tok, **pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, split_of, out_root,
+                                         cfg, epochs)}
 
 
 PLAIN_BERT = "plain"  # model_kwargs["fusion"] for the ablation's baseline: transformers' BertForPreTraining, no words
@@ -253,3 +269,19 @@ def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEnco
     model = PolicyBertModel.from_pretrained(ckpt_dir)
     enc, matcher = load_inputs(ckpt_dir)
     return model, enc, matcher
+
+
+# Stage contracts (see storage.contracts). ``{out}``, ``{pretrained}`` and ``{dataset}`` are task parameters
+# (the ablation trains several models side by side).
+PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
+                      reads=("sentences", "segments", "vocab", "documents_clean"), writes=("tokenizer", "pretrain"),
+                      code=("model.pretrain_data", "model.features", "corpus.pairs", "storage"),
+                      config=PretrainDataConfig, files=("char_backbone",))
+PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab"), writes=("{out}",),
+                 code=("model.training", "model.modeling", "model.backbones", "model.features", "storage"),
+                 config=TrainConfig, files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"})
+FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"), writes=("{out}",),
+                 code=("model.training", "model.modeling", "model.baselines", "model.features", "storage"),
+                 config=TrainConfig, defaults={"pretrained": "models/pretrain", "dataset": "policysm1",
+                                               "out": "models/finetune-policysm1"})
+STAGES = (PRETRAIN_DATA, PRETRAIN, FINETUNE)

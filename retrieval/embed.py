@@ -17,8 +17,11 @@ from model.training import autocast, resolve_device
 @torch.no_grad()
 def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
                 max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13,
-                on_progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+                on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean") -> np.ndarray:
     """Embed texts with a ``PolicyBertModel``.
+
+    ``pooling``: ``mean`` (mean of a window's char states, SPEC §7) or ``cls`` (the window's [CLS]
+    state); windows of one text are averaged by char count either way.
 
     ``on_progress(windows_done, windows_total)`` is called after every batch.
 
@@ -50,8 +53,13 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
         mask[:, 0] = 0  # [CLS]
         lengths = batch["attention_mask"].sum(1)
         mask[torch.arange(len(idx), device=dev), lengths - 1] = 0  # [SEP]
-        summed = (states * mask.unsqueeze(-1)).sum(1).cpu().numpy()
         n = mask.sum(1).cpu().numpy()
+        if pooling == "cls":
+            summed = (states[:, 0] * mask.sum(1, keepdim=True)).cpu().numpy()
+        elif pooling == "mean":
+            summed = (states * mask.unsqueeze(-1)).sum(1).cpu().numpy()
+        else:
+            raise ValueError(f"unknown pooling {pooling!r} (cls, mean)")
         for row, j in enumerate(idx):
             sums[owner[j]] += summed[row]
             counts[owner[j]] += n[row]

@@ -14,7 +14,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import faiss
 import numpy as np
@@ -23,6 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.atomic import atomic_path, atomic_write_text
+
+if TYPE_CHECKING:
+    from retrieval.hybrid import FusionConfig
+    from retrieval.sparse import SparseConfig, Tokenize
 
 CURRENT = "CURRENT"
 KINDS = ("flat", "ivf", "hnsw")
@@ -84,10 +88,12 @@ def current_version(index_root: str | os.PathLike) -> str | None:
 
 
 def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.DataFrame, manifest: dict,
-                  vectors: np.ndarray | None = None) -> str:
+                  vectors: np.ndarray | None = None, write_extra: Callable[[Path], None] | None = None) -> str:
     """Write version ``vN`` (N = last + 1) and switch ``CURRENT`` to it atomically. Returns ``vN``.
 
-    ``vectors`` (rows aligned with ``chunks``) are kept as ``embeddings.npy`` for later refreshes.
+    ``vectors`` (rows aligned with ``chunks``) are kept as ``embeddings.npy`` for later refreshes;
+    ``write_extra(folder)`` writes more files (the sparse index) into the version before it is renamed
+    into place, so they are published and switched together with the dense index.
     """
     root = Path(index_root)
     root.mkdir(parents=True, exist_ok=True)
@@ -99,6 +105,8 @@ def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.
         pq.write_table(pa.Table.from_pandas(chunks, preserve_index=False), tmp / "chunks.parquet", compression="zstd")
         if vectors is not None:
             np.save(tmp / "embeddings.npy", np.ascontiguousarray(vectors, dtype=np.float32))
+        if write_extra is not None:
+            write_extra(tmp)
         (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": int(index.ntotal),
                                                       "chunks": int(len(chunks))},
                                                       ensure_ascii=False, indent=1, default=str))
@@ -169,19 +177,38 @@ def embed_staged(staging: str | os.PathLike, embed: Callable[[list[str]], np.nda
 
 
 def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_parts: int,
-                   embed_factory: Callable[[], Callable[[list[str]], np.ndarray]], manifest: dict | None = None) -> dict:
+                   embed_factory: Callable[[], Callable[[list[str]], np.ndarray]], manifest: dict | None = None, *,
+                   sparse: "SparseConfig | None" = None, tokenizer: "Callable[[], tuple[Tokenize, dict]] | None" = None,
+                   fusion_queries: pd.DataFrame | None = None,
+                   query_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]] | None = None,
+                   fusion: "FusionConfig | None" = None) -> dict:
     """Assemble reused and embedded vectors (parts not staged are embedded here), build the index,
     publish the next version and switch ``CURRENT``; the staging folder is removed.
 
-    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size."""
+    With ``sparse`` (a :class:`~retrieval.sparse.SparseConfig`) the version also gets ``sparse/``: BM25
+    over the chunks' tokens (``tokenizer()`` -> (texts -> tokens, segmenter identity), loaded once;
+    tokens of chunks already in the previous version are reused when its sparse key matches). With
+    ``fusion_queries`` (query, doc_id) the hybrid weights are fitted on them
+    (:func:`retrieval.hybrid.fit_fusion`; queries embedded with ``query_embed_factory()``, default
+    ``embed_factory()``, their vectors reused from the previous version under the same model) and stored
+    in the manifest as ``fusion``.
+
+    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size (+ sparse_tokenized,
+    fusion_w_dense with a sparse side).
+    """
     staging = Path(staging)
     plan = json.loads((staging / "plan.json").read_text())
     chunks = pd.read_parquet(staging / "chunks.parquet")
-    embed = None
+    loaded: dict = {}
+
+    def embed() -> Callable[[list[str]], np.ndarray]:
+        if "embed" not in loaded:
+            loaded["embed"] = embed_factory()
+        return loaded["embed"]
+
     for part in range(n_parts):
         if not (staging / f"emb-{part:05d}.npz").is_file():
-            embed = embed or embed_factory()
-            embed_staged(staging, embed, part, n_parts)
+            embed_staged(staging, embed(), part, n_parts)
     blocks = [np.load(staging / f"emb-{p:05d}.npz") for p in range(n_parts)]
     fresh = [(b["rows"], b["vectors"]) for b in blocks if len(b["rows"])]
     reused = np.load(staging / "reused.npy") if plan["reuse_rows"] else None
@@ -193,12 +220,21 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
         vectors[plan["reuse_rows"]] = reused
     cfg = IndexConfig(**plan["index"])
     index = build_index(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
-    version = publish_index(index_root, index, chunks, {**(manifest or {}), "model_id": plan["model_id"],
-                                                        "index": plan["index"], "dim": int(vectors.shape[1])}, vectors)
+    man = {**(manifest or {}), "model_id": plan["model_id"], "index": plan["index"], "dim": int(vectors.shape[1])}
+    extra_stats, write_extra = {}, None
+    if sparse is not None:
+        from retrieval.sparse_build import build_sparse_side
+
+        qembed = query_embed_factory or (lambda: embed())
+        side = build_sparse_side(Path(index_root), plan, chunks, index, sparse, tokenizer, fusion_queries,
+                                 qembed, fusion, vectors=vectors, passage_embed_factory=embed)
+        man.update(side.manifest)
+        extra_stats, write_extra = side.stats, side.write
+    version = publish_index(index_root, index, chunks, man, vectors, write_extra=write_extra)
     shutil.rmtree(staging, ignore_errors=True)
     return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
             "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
-            "size": int(index.ntotal)}
+            "size": int(index.ntotal), **extra_stats}
 
 
 def staging_dir(index_root: str | os.PathLike) -> Path:
@@ -208,12 +244,14 @@ def staging_dir(index_root: str | os.PathLike) -> Path:
 
 def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Callable[[list[str]], np.ndarray],
                   model_id: str, cfg: IndexConfig = IndexConfig(), manifest: dict | None = None,
-                  n_parts: int = 1) -> dict:
+                  n_parts: int = 1, **sparse_kwargs) -> dict:
     """Publish the next index version for ``chunks`` (needs ``chunk_id`` and ``text``), in one process:
     :func:`stage_refresh`, :func:`embed_staged` per part, :func:`publish_staged`.
 
     Vectors of chunk ids present in the serving version are reused when its ``model_id`` and index
-    config match; the rest are embedded with ``embed(texts) -> (n, dim)``.
+    config match; the rest are embedded with ``embed(texts) -> (n, dim)``. ``sparse_kwargs``
+    (``sparse``, ``tokenizer``, ``fusion_queries``, ``query_embed_factory``, ``fusion``) go to
+    :func:`publish_staged` to build the sparse side and fit the hybrid weights.
 
     Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, seconds.
     """
@@ -222,7 +260,7 @@ def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Ca
     stage_refresh(index_root, chunks, model_id, cfg, staging)
     for part in range(n_parts):
         embed_staged(staging, embed, part, n_parts)
-    stats = publish_staged(index_root, staging, n_parts, lambda: embed, manifest)
+    stats = publish_staged(index_root, staging, n_parts, lambda: embed, manifest, **sparse_kwargs)
     return {**stats, "seconds": time.perf_counter() - t0}
 
 

@@ -9,18 +9,38 @@ from storage.tables import MANIFEST_NAME, manifest_fingerprint
 
 
 def path_fingerprint(path: str | os.PathLike) -> str:
-    """sha256 fingerprint of a stage output.
+    """sha256 content fingerprint of a stage output.
 
-    A table folder (a ``manifest.json`` with shards): its manifest fingerprint. Another folder: sha256 over
-    (relative path, file sha256) of every file below it, temp/hidden entries skipped. A file: its
-    sha256. A missing path: the string ``"missing"``.
+    A table folder (a ``manifest.json`` with shards): its :func:`manifest_fingerprint` (shards only). Another
+    folder: sha256 over (relative path, content hash) of every file below it, hidden entries (``.name``)
+    skipped and tables inside it counted by their manifest fingerprint. A file: its sha256. A missing
+    path: the string ``"missing"``.
     """
     p = Path(path)
-    if (p / MANIFEST_NAME).is_file() and '"shards"' in (p / MANIFEST_NAME).read_text(encoding="utf-8"):
+    if _is_table(p):
         return manifest_fingerprint(p)
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
-        return json_sha256([(str(f.relative_to(p)), file_sha256(f)) for f in files])
+        return json_sha256(_folder_entries(p))
     if p.is_file():
         return file_sha256(p)
     return "missing"
+
+
+def _is_table(p: Path) -> bool:
+    m = p / MANIFEST_NAME
+    return m.is_file() and '"shards"' in m.read_text(encoding="utf-8")
+
+
+def _folder_entries(root: Path) -> list[tuple[str, str]]:
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if here != root and _is_table(here):
+            entries.append((str(here.relative_to(root)), manifest_fingerprint(here)))
+            dirnames[:] = []
+            continue
+        for f in sorted(filenames):
+            if not f.startswith("."):
+                entries.append((str((here / f).relative_to(root)), file_sha256(here / f)))
+    return sorted(entries)

@@ -141,10 +141,17 @@ def read_manifest(table_dir: str | os.PathLike) -> dict:
 
 
 def manifest_fingerprint(table_dir: str | os.PathLike) -> str:
-    """A content fingerprint of a table: sha256 over its shards' sha256 and its config/code version."""
+    """A table's content fingerprint: sha256 over its shards' (path, sha256) and its extra files' sha256.
+
+    The config, code version, stats and producer recorded in the manifest do not enter it: two runs that
+    write the same bytes give the same fingerprint, whatever produced them (stages below then hit the cache).
+
+    Raises:
+        TableError: no manifest.
+    """
     m = read_manifest(table_dir)
     return json_sha256({"shards": [(s["path"], s["sha256"]) for s in m["shards"]],
-                        "config": m["config"], "code": m["code_version"]})
+                        "extra_files": m.get("extra_files") or {}})
 
 
 def read_table(table_dir: str | os.PathLike, columns: list[str] | None = None, *,

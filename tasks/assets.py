@@ -19,21 +19,44 @@ from storage import MANIFEST_NAME, path_fingerprint
 
 
 def asset_key(data_dir: str, rel: str) -> str:
-    """``file://`` URI of an output's manifest (tables) or folder (checkpoints, index)."""
-    p = (Path(data_dir) / rel).resolve()
+    """``file://`` URI of a declared output: the path under the data dir as named (not resolved: tables are
+    links to versioned folders), plus ``/manifest.json`` when the output is a table."""
+    p = Path(data_dir).absolute() / rel
     # Prefect asset keys allow no '%': the path goes in unencoded (data dirs with spaces are not supported)
-    return f"file://{p.as_posix()}" + (f"/{MANIFEST_NAME}" if not rel.startswith(("models/", "index", "tokenizer")) else "")
+    return f"file://{p.as_posix()}" + (f"/{MANIFEST_NAME}" if _is_table_output(rel) else "")
 
 
-def materializing(task: Task, data_dir: str, *rels: str) -> Task:
-    """``task`` with the same options, materializing the assets of ``rels`` under ``data_dir``; each asset
-    gets its metadata (:func:`describe_outputs`) once the stage has written it.
+def _is_table_output(rel: str) -> bool:
+    """Tables are the outputs that are not model checkpoints, the tokenizer, the index, the report or
+    the pretraining folder (a folder of epoch tables)."""
+    return not rel.startswith(("models/", "index", "tokenizer", "report")) and rel != "pretrain"
+
+
+def stage_named(name: str):
+    """The declared stage (:func:`storage.contracts.all_stages`) called ``name``.
+
+    Raises:
+        KeyError: no stage has that name.
+    """
+    from storage.contracts import all_stages
+
+    for stage in all_stages():
+        if stage.name == name:
+            return stage
+    raise KeyError(f"no stage contract named {name!r}")
+
+
+def materializing(task: Task, data_dir: str, **params) -> Task:
+    """``task`` with the same options, materializing the assets of its stage's declared outputs under
+    ``data_dir`` (placeholders filled from ``params``); each asset gets its metadata
+    (:func:`describe_outputs`) once the stage has written it.
 
     Where a path makes no valid asset key (Prefect forbids spaces and ``%`` in keys), the task is
     returned unchanged: the run goes on, and the lineage artifact still records the outputs.
     """
     from prefect.assets import Asset
 
+    rels = list(stage_named(task.name).write_paths(data_dir, params))
     try:
         assets = [Asset(key=asset_key(data_dir, r)) for r in rels]
     except ValueError:

@@ -1,18 +1,34 @@
-"""Cache keys from content (not from pickled Python objects).
+"""Stage tasks derived from the stage contracts (:mod:`storage.contracts`): name, cache key, result storage.
 
-A key is sha256 over: the task's name and source, the code version of the library packages it
-wraps, its parameters (configs as JSON, paths as given), the fingerprints of its input tables and
-folders under ``data_dir`` (manifest shard hashes), and the sha256 of input files. Nothing changed
--> the same key -> a cache hit; any input, config or code edit -> a new key.
+The cache key of a stage task is sha256 over: the stage name, the task body's source, the stage's
+code version (its function, helpers and modules: per stage, not per package), its parameters
+(configs as JSON), the content fingerprints of the tables it reads (shards only) and of its input
+files. Config and code enter the producing stage's key, never a table's identity, so a stage whose
+output comes out byte-identical stops the re-runs below it (early cut-off).
+
+A hit counts only while the outputs are really there: every declared output carries the key in its
+manifest (``produced_by``) or ``.producer.json``, stamped right after the stage ran; a mapped part's
+file named by its key exists. Otherwise the cached record is dropped and the stage runs again (a
+folder deleted by hand, a profile switched A -> B -> A in one data dir).
+
+Results are JSON records in Prefect's local result storage. Before Prefect looks a key up, the key
+function parses the record as plain JSON and drops it unless it names the ``json`` serializer: a record
+edited to ``pickle`` is a cache miss, never deserialized.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
+import json
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-from storage import code_version, json_sha256, path_fingerprint
+from prefect import task
+
+from storage import json_sha256, path_fingerprint
+from storage.contracts import Stage
+from storage.mapped import PARTS_ROOT, part_file
 
 
 def jsonable(value: Any) -> Any:
@@ -28,28 +44,101 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def content_cache_key(inputs: Iterable[str] = (), files: Iterable[str] = (), packages: Iterable[str] = ()
-                      ) -> Callable[[Any, dict], str]:
-    """Build a Prefect ``cache_key_fn``.
+def record_path(key: str) -> Path:
+    """Where Prefect's local result storage keeps the cache record of ``key`` (``PREFECT_LOCAL_STORAGE_PATH``:
+    the data dir's ``.prefect/storage`` for CLI runs)."""
+    from prefect.settings import get_current_settings
 
-    Args:
-        inputs: paths relative to the task's ``data_dir`` parameter whose fingerprints enter the key;
-            ``{name}`` placeholders are filled from the task's parameters (e.g. ``"{dataset}"``).
-        files: names of parameters holding file/folder paths whose content enters the key.
-        packages: library packages whose source (code version) enters the key.
-    """
-    inputs, files, packages = tuple(inputs), tuple(files), tuple(packages)
+    return Path(get_current_settings().results.local_storage_path).expanduser() / key
+
+
+def record_is_json(path: Path) -> bool:
+    """True when the cache record at ``path`` is a JSON document whose serializer is ``json`` (parsed as
+    plain JSON only: nothing in it is deserialized or run)."""
+    try:
+        return json.loads(path.read_bytes())["metadata"]["serializer"]["type"] == "json"
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def drop_record(key: str) -> None:
+    """Delete the cache record of ``key`` (none: nothing to do); the task then runs as a cache miss."""
+    record_path(key).unlink(missing_ok=True)
+
+
+def parts_dir(data_dir: str | Path, stage: Stage) -> Path:
+    """Where a mapped stage's parts are written: ``data_dir/cache/parts/<stage name>``."""
+    return Path(data_dir) / PARTS_ROOT / stage.name
+
+
+def stage_cache_key(stage: Stage, part: str | None = None) -> Callable[[Any, dict], str]:
+    """A Prefect ``cache_key_fn`` for ``stage`` (see the module docstring). With ``part`` (a file suffix such as
+    ``".parquet"``, or ``""`` for a folder), the stage is a mapped part (or plan) whose output is what
+    :func:`storage.mapped.part_file` names by the key."""
 
     def key(context, parameters: dict) -> str:
         data_dir = Path(parameters["data_dir"])
-        task = context.task
-        return json_sha256({
-            "task": task.name,
-            "source": inspect.getsource(task.fn),
-            "code": code_version(packages) if packages else "",
-            "params": jsonable(parameters),
-            "inputs": {name: path_fingerprint(data_dir / name.format(**parameters)) for name in inputs},
-            "files": {p: path_fingerprint(parameters[p]) for p in files if parameters.get(p)},
+        cfg = parameters.get("cfg")
+        if stage.config is not None and cfg is not None and not isinstance(cfg, stage.config):
+            raise TypeError(f"stage {stage.name} takes a {stage.config.__name__}, got {type(cfg).__name__}")
+        k = json_sha256({
+            "stage": stage.name,
+            "task": inspect.getsource(context.task.fn),
+            "code": stage.code_version(),
+            "params": jsonable({n: v for n, v in parameters.items() if n != "data_dir"}),
+            "inputs": {n: path_fingerprint(p) for n, p in stage.read_paths(data_dir, parameters).items()},
+            "files": {p: path_fingerprint(parameters[p]) for p in stage.files if parameters.get(p)},
         })
+        valid = (part_file(parts_dir(data_dir, stage), k, part).exists() if part is not None
+                 else stage.outputs_carry(data_dir, k, parameters))
+        record = record_path(k)
+        if record.exists() and not (valid and record_is_json(record)):
+            drop_record(k)
+        return k
 
     return key
+
+
+def current_key() -> str:
+    """The cache key of the running stage task (its Prefect transaction key).
+
+    Raises:
+        RuntimeError: called outside a cached task run.
+    """
+    from prefect.transactions import get_transaction
+
+    txn = get_transaction()
+    if txn is None or not txn.key:
+        raise RuntimeError("no cache key: not inside a cached stage task")
+    return txn.key
+
+
+def _stamping(stage: Stage, fn: Callable) -> Callable:
+    """``fn`` followed by stamping the stage's declared outputs with the running task's cache key."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        stage.stamp_outputs(bound.arguments["data_dir"], current_key(), bound.arguments)
+        return out
+
+    return run
+
+
+def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[[Callable], Any]:
+    """Decorator: the Prefect task of ``stage``, named after it, cached by :func:`stage_cache_key`, its
+    result persisted as JSON, its outputs stamped with the key after it ran.
+
+    The decorated function takes ``data_dir`` as its first parameter. ``options`` go to ``prefect.task``
+    (retries for GPU work, tags). ``part``: see :func:`stage_cache_key`.
+    """
+
+    def decorate(fn: Callable):
+        body = fn if part is not None or not stage.writes else _stamping(stage, fn)
+        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, part), persist_result=True,
+                    result_serializer="json", **options)(body)
+
+    return decorate

@@ -1,8 +1,10 @@
 """One Prefect task per pipeline stage: thin wrappers over the library stage functions.
 
-Each task reads and writes under ``data_dir`` (layout in :mod:`storage.layout`), returns a small
-JSON summary (persisted by Prefect as the task result) and is cached by a content key
-(:mod:`tasks.caching`). Retries only on the GPU-bound tasks (training, embedding).
+Each task's name, cache key, inputs and output paths come from its stage contract (``STAGES`` in
+``corpus/``, ``model/``, ``retrieval/``, ``crawler/`` and :mod:`storage.contracts`) through
+:func:`tasks.caching.stage_task`; the bodies only pass the declared paths to the library function.
+Each returns a small JSON summary (persisted by Prefect as the task result). Retries only on the
+GPU-bound tasks (training, embedding) and the crawl.
 """
 from __future__ import annotations
 
@@ -15,160 +17,170 @@ from corpus.clean import CleanConfig
 from corpus.pairs import PairConfig
 from corpus.sentences import SentenceConfig
 from corpus.vocab import VocabConfig
+from crawler import stages as crawler_stages
 from model import stages as mstages
 from model.pretrain_data import PretrainDataConfig
 from model.training import TrainConfig
+from retrieval import contracts as R
 from retrieval import stages as rstages
 from retrieval.chunks import ChunkConfig
 from retrieval.index import IndexConfig
 from storage import layout as L
-from tasks.caching import content_cache_key, jsonable
+from storage.mapped import part_file, prune_parts
+from tasks.caching import current_key, jsonable, parts_dir, stage_task
 from tasks.progress import crawl_rate_limit, progress_artifact
 
-TEXT = ("corpus", "storage")
-MODEL = ("model", "storage")
-CACHED = {"persist_result": True, "result_serializer": "json"}
+GPU = {"retries": 1, "retry_delay_seconds": 10, "tags": ["gpu"]}
 
 
-def _p(data_dir: str, rel: str) -> Path:
-    return Path(data_dir) / rel
+def _paths(stage, data_dir: str, **params) -> dict:
+    """The stage's declared reads, writes and scratch folders under ``data_dir``, by name."""
+    return {**{n: Path(data_dir) / n for n in stage.scratch}, **stage.read_paths(data_dir, params),
+            **stage.write_paths(data_dir, params)}
 
 
-@task(name="import-documents", cache_key_fn=content_cache_key(files=("input_csv", "sources_csv"),
-                                                              packages=("crawler", "storage")), **CACHED)
-def import_documents(data_dir: str, input_csv: str, sources_csv: str | None = None) -> dict:
-    """CSV export -> ``documents``."""
-    return text.import_documents(input_csv, _p(data_dir, L.DOCUMENTS), sources_csv)
+@stage_task(text.IMPORT)
+def import_documents(data_dir: str, input_path: str, sources_csv: str | None = None,
+                     columns: dict | None = None) -> dict:
+    """CSV export, or JSON Lines / Parquet with a column mapping -> ``documents``."""
+    p = _paths(text.IMPORT, data_dir)
+    return text.import_documents(input_path, p["documents"], sources_csv, columns=columns)
 
 
-@task(name="crawl", retries=1, retry_delay_seconds=60)
+@task(name=crawler_stages.CRAWL.name, retries=1, retry_delay_seconds=60)
 def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = False) -> dict:
     """Registry sources -> archive + crawl state -> ``documents`` (not cached: a crawl looks at the web;
     the archive and crawl state make a rerun fetch only new URLs, or, with ``refresh``, send
     conditional GETs)."""
     from crawler.crawl import CrawlConfig
     from crawler.registry import DEFAULT_REGISTRY
-    from crawler.stages import crawl_stage
 
-    return crawl_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.CRAWL_FAILURES), _p(data_dir, L.CRAWL),
-                       registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
-                       on_progress=progress_artifact("crawl-progress", "URLs crawled"),
-                       before_request=crawl_rate_limit)
+    stage = crawler_stages.CRAWL
+    p = _paths(stage, data_dir)
+    return crawler_stages.crawl_stage(p["documents"], p["crawl_failures"], p["crawl"],
+                                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
+                                      on_progress=progress_artifact("crawl-progress", "URLs crawled"),
+                                      before_request=crawl_rate_limit)
 
 
-@task(name="clean", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS,), packages=TEXT), **CACHED)
+@stage_task(text.CLEAN)
 def clean(data_dir: str, cfg: CleanConfig) -> dict:
     """``documents`` -> ``documents_clean`` + ``rejects``."""
-    return text.clean_stage(_p(data_dir, L.DOCUMENTS), _p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.REJECTS), cfg)
+    p = _paths(text.CLEAN, data_dir)
+    return text.clean_stage(p["documents"], p["documents_clean"], p["rejects"], cfg)
 
 
-@task(name="sentences", cache_key_fn=content_cache_key(inputs=(L.DOCUMENTS_CLEAN,), packages=TEXT), **CACHED)
+@stage_task(text.SENTENCES)
 def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
     """``documents_clean`` -> ``sentences``."""
-    return text.sentences_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.SENTENCES), cfg)
+    p = _paths(text.SENTENCES, data_dir)
+    return text.sentences_stage(p["documents_clean"], p["sentences"], cfg)
 
 
-@task(name="segment-part", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
-      **CACHED)
-def segment_part(data_dir: str, part: int, n_parts: int, backend: str = "auto", user_dict: str | None = None) -> dict:
-    """Segment one of ``n_parts`` row ranges of ``sentences`` (mapped; runs on any task runner)."""
-    return text.segment_part(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), part, n_parts, backend, user_dict,
-                             cache_root=_p(data_dir, L.SEGMENT_CACHE))
+@stage_task(text.SEGMENT_PLAN)
+def segment_plan(data_dir: str, n_parts: int) -> dict:
+    """The segmentation plan (sentences fingerprint, row ranges of ``n_parts`` parts), passed to the parts."""
+    return text.segment_plan(_paths(text.SEGMENT_PLAN, data_dir)["sentences"], n_parts)
 
 
-@task(name="segment", cache_key_fn=content_cache_key(inputs=(L.SENTENCES,), files=("user_dict",), packages=TEXT),
-      **CACHED)
-def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, n_parts: int = 1) -> dict:
-    """Merge the segmented parts into ``segments`` (HanLP; backend recorded); missing parts are segmented here."""
-    return text.merge_segments(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), n_parts, backend, user_dict,
-                               cache_root=_p(data_dir, L.SEGMENT_CACHE))
+@stage_task(text.SEGMENT_PART, part=".parquet")
+def segment_part(data_dir: str, plan: dict, part: int, backend: str = "auto", user_dict: str | None = None) -> dict:
+    """Segment part ``part`` of ``plan`` into a part file named by this task's cache key (mapped); the
+    record's path is relative to ``data_dir``."""
+    p = _paths(text.SEGMENT_PART, data_dir)
+    out = part_file(parts_dir(data_dir, text.SEGMENT_PART), current_key())
+    rec = text.segment_part(p["sentences"], plan, part, out, backend, user_dict, cache_root=p["cache/segments"])
+    return {**rec, "path": str(out.relative_to(data_dir))}
 
 
-@task(name="vocab", cache_key_fn=content_cache_key(inputs=(L.SEGMENTS,), files=("stopwords",), packages=TEXT),
-      **CACHED)
+@stage_task(text.SEGMENT)
+def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, parts: list[dict] | None = None) -> dict:
+    """Merge the part files (``parts``: the part records in part order) into ``segments``; part files of
+    earlier plans are removed."""
+    p = _paths(text.SEGMENT, data_dir)
+    parts = [{**r, "path": str(Path(data_dir) / r["path"])} for r in parts or []]
+    out = text.merge_segments(p["sentences"], parts, p["segments"], backend, user_dict, cache_root=p["cache/segments"])
+    prune_parts(parts_dir(data_dir, text.SEGMENT_PART), parts)
+    return out
+
+
+@stage_task(text.VOCAB)
 def vocab(data_dir: str, stopwords: str | None, cfg: VocabConfig) -> dict:
     """``segments`` -> ``vocab`` (+ vocab.txt)."""
-    return text.vocab_stage(_p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB), stopwords, cfg)
+    p = _paths(text.VOCAB, data_dir)
+    return text.vocab_stage(p["segments"], p["vocab"], stopwords, cfg)
 
 
-@task(name="datasets", cache_key_fn=content_cache_key(inputs=(L.SENTENCES, L.DOCUMENTS_CLEAN), packages=TEXT),
-      **CACHED)
+@stage_task(text.DATASETS)
 def datasets(data_dir: str, cfg: PairConfig) -> dict:
     """``sentences`` -> ``policysm1/`` + ``policysm2/`` (split by document) with the shortcut probe."""
-    return text.datasets_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.DOCUMENTS_CLEAN), data_dir, cfg)
+    p = _paths(text.DATASETS, data_dir)
+    return text.datasets_stage(p["sentences"], p["documents_clean"], {n: p[n] for n in text.DATASETS.writes}, cfg)
 
 
-@task(name="pretrain-data", cache_key_fn=content_cache_key(
-    inputs=(L.SENTENCES, L.SEGMENTS, L.VOCAB, L.DOCUMENTS_CLEAN), files=("char_backbone",), packages=MODEL), **CACHED)
+@stage_task(mstages.PRETRAIN_DATA)
 def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
                   char_backbone: str | None = None) -> dict:
     """Char tokenizer (the backbone's vocab when given) + ``pretrain/epoch=N/`` (whole-word masking, NSP)."""
-    tok = mstages.tokenizer_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.TOKENIZER), char_backbone)
-    split_of = text.document_splits(_p(data_dir, L.DOCUMENTS_CLEAN), pairs_cfg)
-    out = mstages.pretrain_data_stage(_p(data_dir, L.SENTENCES), _p(data_dir, L.SEGMENTS), _p(data_dir, L.VOCAB),
-                                      _p(data_dir, L.TOKENIZER), split_of, _p(data_dir, L.PRETRAIN), cfg, epochs)
-    return {**tok, **out}
+    p = _paths(mstages.PRETRAIN_DATA, data_dir)
+    return mstages.pretrain_inputs_stage(p["sentences"], p["segments"], p["vocab"], p["documents_clean"],
+                                         p["tokenizer"], p["pretrain"], pairs_cfg, cfg, epochs, char_backbone)
 
 
-@task(name="pretrain", retries=1, retry_delay_seconds=10, tags=["gpu"],
-      cache_key_fn=content_cache_key(inputs=(L.PRETRAIN, L.TOKENIZER, L.VOCAB),
-                                     files=("char_backbone", "word_backbone"), packages=MODEL), **CACHED)
+@stage_task(mstages.PRETRAIN, **GPU)
 def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, out: str = L.PRETRAINED_MODEL,
              char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
     """PolicyBERT pretraining (MLM + NSP) -> ``out`` with held-out metrics; resumable after a kill."""
-    metrics = mstages.pretrain_stage(_p(data_dir, L.PRETRAIN), _p(data_dir, L.TOKENIZER), _p(data_dir, L.VOCAB),
-                                     _p(data_dir, out), jsonable(model_kwargs), cfg, epochs,
-                                     char_backbone=char_backbone, word_backbone=word_backbone,
+    p = _paths(mstages.PRETRAIN, data_dir, out=out)
+    metrics = mstages.pretrain_stage(p["pretrain"], p["tokenizer"], p["vocab"], p[out], jsonable(model_kwargs), cfg,
+                                     epochs, char_backbone=char_backbone, word_backbone=word_backbone,
                                      on_step=progress_artifact("pretrain-progress", f"pretraining steps ({out})"))
     return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
 
 
-@task(name="finetune", retries=1, retry_delay_seconds=10, tags=["gpu"],
-      cache_key_fn=content_cache_key(inputs=("{pretrained}", "{dataset}"), packages=MODEL), **CACHED)
+@stage_task(mstages.FINETUNE, **GPU)
 def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None,
              pretrained: str = L.PRETRAINED_MODEL, dataset: str = L.POLICYSM1, out: str = L.FINETUNED_MODEL) -> dict:
     """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out``: dev/test accuracy and F1 of the best-by-dev
     checkpoint, beside the non-neural baselines."""
-    m = mstages.finetune_stage(_p(data_dir, pretrained), _p(data_dir, dataset), _p(data_dir, out), cfg,
-                               max_eval_examples=max_eval_examples,
+    p = _paths(mstages.FINETUNE, data_dir, pretrained=pretrained, dataset=dataset, out=out)
+    m = mstages.finetune_stage(p[pretrained], p[dataset], p[out], cfg, max_eval_examples=max_eval_examples,
                                on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
     return {k: m[k] for k in ("dev", "test", "majority_test", "baselines", "best_step", "train")}
 
 
-_INDEX_KEY = dict(inputs=(L.DOCUMENTS_CLEAN, L.FINETUNED_MODEL), packages=("retrieval", *MODEL))
-
-
-@task(name="index-plan", cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
+@stage_task(R.INDEX_PLAN)
 def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
     """Chunk the cleaned corpus and stage which chunks need embedding (the rest reuse stored vectors)."""
-    return rstages.index_plan_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
-                                    _p(data_dir, L.INDEX), cfg, index_cfg)
+    p = _paths(R.INDEX_PLAN, data_dir)
+    return rstages.index_plan_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg)
 
 
-@task(name="embed-part", retries=1, retry_delay_seconds=10, tags=["gpu"],
-      cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
-def embed_part(data_dir: str, part: int, n_parts: int, batch_size: int = 64) -> int:
+@stage_task(R.EMBED_PART, **GPU)
+def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: int = 64) -> int:
     """Embed one slice of the staged chunks (mapped over parts)."""
+    p = _paths(R.EMBED_PART, data_dir)
     return rstages.index_embed_part_stage(
-        _p(data_dir, L.FINETUNED_MODEL), _p(data_dir, L.INDEX), part, n_parts, batch_size,
+        p[R.ENCODER], p["index"], part, n_parts, batch_size,
         on_progress=progress_artifact(f"embedding-progress-{part}", f"chunk windows embedded, part {part}"))
 
 
-@task(name="index", retries=1, retry_delay_seconds=10, tags=["gpu"], cache_key_fn=content_cache_key(**_INDEX_KEY),
-      **CACHED)
-def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1) -> dict:
+@stage_task(R.INDEX, **GPU)
+def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1,
+          parts: list | None = None) -> dict:
     """Publish the staged refresh as ``index/vN`` and switch ``index/CURRENT`` (only new/changed chunks embedded)."""
-    return rstages.index_publish_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.FINETUNED_MODEL),
-                                       _p(data_dir, L.INDEX), cfg, index_cfg, n_parts, batch_size)
+    p = _paths(R.INDEX, data_dir)
+    return rstages.index_publish_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, n_parts,
+                                       batch_size)
 
 
-@task(name="evaluate-retrieval", cache_key_fn=content_cache_key(**_INDEX_KEY), **CACHED)
+@stage_task(R.EVALUATE)
 def evaluate_retrieval(data_dir: str, segmenter: str = "auto", seed: int = 13) -> dict:
     """recall@1/5/10 and MRR: PolicyBERT index vs untrained encoder vs BM25; table artifact."""
     from prefect.artifacts import create_table_artifact
 
-    res = rstages.evaluate_stage(_p(data_dir, L.DOCUMENTS_CLEAN), _p(data_dir, L.INDEX),
-                                 _p(data_dir, L.RETRIEVAL_EVAL), segmenter, seed)
+    p = _paths(R.EVALUATE, data_dir)
+    res = rstages.evaluate_stage(p["documents_clean"], p["index"], p["eval/retrieval"], segmenter, seed)
     create_table_artifact(table=res["table"], key="retrieval-evaluation",
                           description=f"Known-item search, {res['queries']} title/citation queries; "
                                       f"IVF recall@10 vs exact {res['ivf_recall@10_vs_exact']:.3f}, "
@@ -179,23 +191,21 @@ def evaluate_retrieval(data_dir: str, segmenter: str = "auto", seed: int = 13) -
 @task(name="sample-query")
 def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
     """Top-k hits for one query against the serving index (not cached: it reads the live index)."""
-    hits = rstages.query_index(_p(data_dir, L.INDEX), query, k)
+    hits = rstages.query_index(R.INDEX.write_paths(data_dir)["index"], query, k)
     return [{"score": h["score"], "title": h["title"], "source": h["source"], "url": h["url"],
              "doc_id": h["doc_id"]} for h in hits]
 
 
-@task(name="dataset-report", cache_key_fn=content_cache_key(
-    inputs=(L.DOCUMENTS, L.DOCUMENTS_CLEAN, L.REJECTS, L.SENTENCES, L.VOCAB, L.POLICYSM1, L.POLICYSM2),
-    packages=TEXT), **CACHED)
+@stage_task(text.REPORT)
 def dataset_report(data_dir: str) -> dict:
     """Data card (Markdown + PNG plots) under ``report/``, published as Prefect artifacts."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     from corpus.report import build_report
 
-    rep = build_report(data_dir, _p(data_dir, L.REPORT))
-    create_markdown_artifact(markdown=rep["markdown"], key="dataset-report",
-                             description=f"Dataset report; plots in {_p(data_dir, L.REPORT)}")
+    out = text.REPORT.write_paths(data_dir)["report"]
+    rep = build_report(text.REPORT.read_paths(data_dir), out)
+    create_markdown_artifact(markdown=rep["markdown"], key="dataset-report", description=f"Dataset report; plots in {out}")
     create_table_artifact(table=rep["pairs"], key="policysm-pairs", description="PolicySM pairs per split/kind/label")
     create_table_artifact(table=rep["probe"], key="shortcut-probe", description="Shortcut probe vs majority baseline")
     return {"files": rep["files"], "probe": rep["probe"]}
@@ -203,7 +213,8 @@ def dataset_report(data_dir: str) -> dict:
 
 @task(name="lineage")
 def lineage(data_dir: str) -> list[dict]:
-    """Lineage of every output (fingerprints, inputs, config, code) as ``lineage.md`` and a Markdown artifact."""
+    """Lineage of every output (fingerprints, producing stage and key, inputs, config, code) as ``lineage.md``
+    and a Markdown artifact."""
     from prefect.artifacts import create_markdown_artifact
 
     from storage import atomic_write_text
@@ -211,6 +222,6 @@ def lineage(data_dir: str) -> list[dict]:
 
     records = lineage_records(data_dir)
     md = lineage_markdown(records)
-    atomic_write_text(_p(data_dir, L.LINEAGE), md)
+    atomic_write_text(Path(data_dir) / L.LINEAGE, md)
     create_markdown_artifact(markdown=md, key="lineage", description=f"Lineage of {data_dir}")
     return records

@@ -65,3 +65,57 @@ def hosts(*route_maps: dict[str, Route], first_ip: int = 2) -> Iterator[list[Hos
         for h in started:
             h.server.shutdown()
             h.server.server_close()
+
+
+def send_chunked(h: BaseHTTPRequestHandler, pieces, ctype: str = "text/plain", headers: dict | None = None,
+                 interval: float = 0.0) -> None:
+    """A chunked 200 response from the iterable ``pieces`` (endless if it is), ``interval`` seconds
+    between chunks; stops quietly when the client hangs up."""
+    import time
+
+    try:
+        h.send_response(200)
+        h.send_header("Content-Type", ctype)
+        h.send_header("Transfer-Encoding", "chunked")
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        for piece in pieces:
+            h.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            h.wfile.flush()
+            if interval:
+                time.sleep(interval)
+        h.wfile.write(b"0\r\n\r\n")
+    except OSError:  # the client gave up (what the crawler should do)
+        pass
+    h.close_connection = True
+
+
+def trickle_headers(h: BaseHTTPRequestHandler, interval: float, lines: int = 10_000) -> None:
+    """A status line, then one header line every ``interval`` seconds (a slowloris in reverse)."""
+    import time
+
+    try:
+        h.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        h.wfile.flush()
+        for i in range(lines):
+            time.sleep(interval)
+            h.wfile.write(f"X-Slow-{i}: {i}\r\n".encode())
+            h.wfile.flush()
+        h.wfile.write(b"Content-Length: 0\r\n\r\n")
+    except OSError:
+        pass
+    h.close_connection = True
+
+
+def gzip_bomb(decoded_bytes: int, prefix: bytes = b"", filler: bytes = b"#") -> bytes:
+    """A gzip body that inflates to ``prefix`` + ``decoded_bytes`` of ``filler`` (about 1000:1)."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip container
+    out = [z.compress(prefix)]
+    block = filler * (1 << 20)
+    for _ in range(decoded_bytes >> 20):
+        out.append(z.compress(block))
+    out.append(z.flush())
+    return b"".join(out)

@@ -102,7 +102,7 @@ def test_faults_end_as_retried_success_or_recorded_failure():
               "/away": redirect("http://127.0.0.99:9/elsewhere"), "/big": page(b"x" * 5000),
               "/private/x": page(b"secret"), "/gone": lambda h: send(h, 404, b"no")}
     with hosts(routes) as (a,):
-        f = Fetcher({a.netloc}, FetchConfig(**{**FAST.__dict__, "max_bytes": 2000}))
+        f = Fetcher({a.netloc}, FetchConfig(**{**FAST.__dict__, "max_bytes": 2000}), allow_private=True)
         t = time.monotonic()
         r = f.fetch(a.url("/limited"))
         assert r.ok and r.body == b"<p>ok after 429</p>" and r.attempts == 2 and time.monotonic() - t >= 1.0
@@ -124,7 +124,7 @@ def test_politeness_delay_per_host_and_hosts_in_parallel():
     n, delay = 4, 0.3
     routes = {f"/p{i}": page(b"<p>x</p>") for i in range(n)}
     with hosts(routes, routes, routes) as hs:
-        srcs = [Source(name=f"s{i}", id=f"s{i}", hosts=(h.netloc,), seeds=tuple(h.url(f"/p{j}") for j in range(n)))
+        srcs = [Source(name=f"s{i}", id=f"s{i}", hosts=(h.netloc,), allow_private_addresses=True, seeds=tuple(h.url(f"/p{j}") for j in range(n)))
                 for i, h in enumerate(hs)]
         import tempfile
         from pathlib import Path
@@ -157,7 +157,7 @@ def _site():
 
 def test_crawl_extract_resume_and_conditional_refresh(tmp_path):
     with hosts(_site()) as (a,):
-        src = Source(name="测试源", id="src-test", hosts=(a.netloc,), listings=(a.url("/list.html"),),
+        src = Source(name="测试源", id="src-test", hosts=(a.netloc,), allow_private_addresses=True, listings=(a.url("/list.html"),),
                      link_pattern=r"/doc/\d+\.html$",
                      seeds=tuple(a.url(p) for p in ("/white.pdf", "/scan.pdf", "/fake.pdf", "/broken.pdf")))
         state, archive = CrawlState(tmp_path / "state.sqlite"), RawArchive(tmp_path)

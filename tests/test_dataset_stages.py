@@ -21,7 +21,7 @@ def text_data(real_slice, tmp_path_factory):
     S.sentences_stage(d / "documents_clean", d / "sentences", SentenceConfig())
     S.segment_stage(d / "sentences", d / "segments", "hanlp-dict", cache_root=d / "cache")
     S.vocab_stage(d / "segments", d / "vocab", str(SHARED_CORPUS / "stopwords.txt"), VocabConfig(min_freq=3))
-    S.datasets_stage(d / "sentences", d / "documents_clean", d, PairConfig(), rows_per_shard=500)
+    S.datasets_stage(d / "sentences", d / "documents_clean", S.DATASETS.write_paths(d), PairConfig(), rows_per_shard=500)
     return d
 
 
@@ -49,7 +49,7 @@ def test_standard_loaders_read_the_same_rows(text_data):
 
 
 def test_rerun_is_byte_identical(text_data, tmp_path):
-    S.datasets_stage(text_data / "sentences", text_data / "documents_clean", tmp_path, PairConfig(), rows_per_shard=500)
+    S.datasets_stage(text_data / "sentences", text_data / "documents_clean", S.DATASETS.write_paths(tmp_path), PairConfig(), rows_per_shard=500)
     for name in ("policysm1", "policysm2"):
         a = [s["sha256"] for s in read_manifest(text_data / name)["shards"]]
         b = [s["sha256"] for s in read_manifest(tmp_path / name)["shards"]]
@@ -67,9 +67,31 @@ def test_segmentation_cache_segments_only_new_sentences(text_data, tmp_path):
 def test_dataset_report(text_data):
     from corpus.report import build_report
 
-    rep = build_report(text_data, text_data / "report")
+    rep = build_report(S.REPORT.read_paths(text_data), text_data / "report")
     for f in ("report.md", "sources.png", "years.png", "doc_lengths.png", "sentence_lengths.png"):
         assert (text_data / "report" / f).stat().st_size > 100
     md = (text_data / "report" / "report.md").read_text(encoding="utf-8")
     assert "Shortcut probe" in md and "policysm2" in md and "中华人民共和国中央人民政府" in md
     assert {r["dataset"] for r in rep["probe"]} == {"policysm1", "policysm2"}
+
+
+def test_report_on_a_one_document_corpus_with_empty_splits(real_slice, tmp_path):
+    """One document: every pair lands in train, dev and test are empty, the probe has no accuracy; the
+    datasets and the report are still written (no crash after the tables)."""
+    from corpus.report import build_report
+    from storage import write_table
+
+    d = tmp_path
+    S.import_documents(real_slice, d / "all", SHARED_CORPUS / "policy_sources.csv")
+    one = read_table(d / "all").head(1)
+    write_table(one, d / "documents", name="documents", schema=S.DOCUMENTS_SCHEMA)
+    S.clean_stage(d / "documents", d / "documents_clean", d / "rejects", CleanConfig())
+    S.sentences_stage(d / "documents_clean", d / "sentences", SentenceConfig())
+    S.segment_stage(d / "sentences", d / "segments", "hanlp-dict")
+    S.vocab_stage(d / "segments", d / "vocab", None, VocabConfig(min_freq=1))
+    out = S.datasets_stage(d / "sentences", d / "documents_clean", S.DATASETS.write_paths(d), PairConfig())
+    assert out["policysm1"]["probe"]["accuracy"] is None
+    assert set(read_table(d / "policysm1")["split"]) == {"train"}
+    rep = build_report(S.REPORT.read_paths(d), d / "report")
+    assert {r["probe_accuracy"] for r in rep["probe"]} == {None}
+    assert "Shortcut probe" in (d / "report" / "report.md").read_text(encoding="utf-8")

@@ -110,3 +110,28 @@ def test_brackets_convert_as_pairs():
     assert C.normalize_punctuation("白皮书(2023年)中国") == ("白皮书（2023年）中国", 1)
     assert C.normalize_punctuation("科大讯飞(002230，买入)，建议")[0] == "科大讯飞（002230，买入），建议"
     assert C.normalize_punctuation("f(x) and g(y)") == ("f(x) and g(y)", 0)
+
+
+def test_near_duplicate_candidates_are_verified_and_bands_partition():
+    """With one-row bands every pair sharing a single MinHash value is a candidate; only pairs whose
+    Jaccard estimate reaches the threshold are duplicates, and bands processed apart give the same pairs."""
+    from corpus.dedup import band_candidates, near_duplicates, signatures
+
+    base = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(400))
+    other = base[:200] + "".join(chr(0x4E00 + (i * 104729) % 20000) for i in range(200))  # Jaccard ~0.33
+    texts = [base, base[:-2] + "新句", other]
+    sigs = signatures(texts)
+    loose = (128, 1)
+    cands = band_candidates(sigs, loose)
+    assert (0, 2) in cands and (0, 1) in cands  # the half-different text is a candidate ...
+    assert near_duplicates(sigs, 0.8, loose) == {1: 0}  # ... but not a duplicate
+    halves = band_candidates(sigs, loose, range(0, 64)) | band_candidates(sigs, loose, range(64, 128))
+    assert halves == cands
+
+
+def test_near_duplicate_keeps_the_earliest_copy_not_the_smallest_id():
+    long = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(600))
+    docs = pd.DataFrame({"doc_id": ["a-late", "z-early"], "pubtime": [date(2024, 1, 1), date(2020, 1, 1)],
+                         "text": [long + "尾巴", long]})
+    dups = find_duplicates(docs, near_threshold=0.8)
+    assert [(d.doc_id, d.kept_id, d.kind) for d in dups] == [("a-late", "z-early", "near")]

@@ -52,6 +52,7 @@ def server(tmp_path_factory):
         subprocess.run([script, "stop"], env=env, timeout=60)
 
 
+@pytest.mark.slow
 def test_deployment_run_completes_against_a_local_server(server, real_slice, tmp_path):
     script, env = server
     dep = subprocess.run([script, "deploy"], env=env, capture_output=True, text=True, timeout=300)

@@ -1,4 +1,5 @@
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ from storage import (
     read_table,
     write_table,
 )
+from storage.atomic import clean_leftovers
 
 
 def _df(n=10):
@@ -55,7 +57,52 @@ def test_failed_write_keeps_old_table(tmp_path):
     with pytest.raises(ValueError):
         write_table(_df(5), tmp_path / "t", name="t", partition_by="nope")
     assert len(read_table(tmp_path / "t")) == 5
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    # only the linked version is left beside the table: no temporary build
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [os.readlink(tmp_path / "t")]
+
+
+def test_folder_swap_is_one_rename_and_old_versions_go(tmp_path):
+    write_table(_df(5), tmp_path / "t", name="t")
+    first = os.readlink(tmp_path / "t")
+    write_table(_df(7), tmp_path / "t", name="t")
+    second = os.readlink(tmp_path / "t")
+    assert (tmp_path / "t").is_symlink() and first != second
+    assert not (tmp_path / first).exists() and len(read_table(tmp_path / "t")) == 7
+    # an output left as a real folder by the old layout is replaced too
+    (tmp_path / "legacy").mkdir()
+    (tmp_path / "legacy" / "x").write_text("old")
+    write_table(_df(3), tmp_path / "legacy", name="legacy")
+    assert (tmp_path / "legacy").is_symlink() and len(read_table(tmp_path / "legacy")) == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["legacy", "t"]
+
+
+def test_clean_leftovers_of_a_killed_swap(tmp_path):
+    write_table(_df(5), tmp_path / "t", name="t")
+    live = os.readlink(tmp_path / "t")
+    # what a kill at each point of a swap leaves: a half build, a version never linked, a link never moved
+    (tmp_path / ".t.0123abcd.tmp").mkdir()
+    (tmp_path / ".t.0123abcd.tmp" / "part-00000.parquet").write_bytes(b"half")
+    (tmp_path / ".t.89abcdef.d").mkdir()
+    os.symlink(".t.89abcdef.d", tmp_path / ".t.89abcdef.lnk")
+    (tmp_path / ".x.json.abc_12xy.tmp").write_text("{")
+    removed = clean_leftovers(tmp_path)
+    assert len(removed) == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live, "t"])
+    assert len(read_table(tmp_path / "t")) == 5
+
+
+def test_table_fingerprint_is_its_shards_alone(tmp_path):
+    a = write_table(_df(), tmp_path / "a", name="t", config={"min_freq": 3}, code_version="v1")
+    b = write_table(_df(), tmp_path / "b", name="t", config={"min_freq": 10}, code_version="v2")
+    assert a["shards"] == b["shards"]
+    assert manifest_fingerprint(tmp_path / "a") == manifest_fingerprint(tmp_path / "b")
+    c = write_table(_df(11), tmp_path / "c", name="t")
+    assert manifest_fingerprint(tmp_path / "c") != manifest_fingerprint(tmp_path / "a") and c
+    # a folder of tables (pretrain/epoch=N) is fingerprinted by its tables' content, links followed
+    for root in ("r1", "r2"):
+        (tmp_path / root).mkdir()
+        write_table(_df(), tmp_path / root / "epoch=0", name="e", code_version=root)
+    assert path_fingerprint(tmp_path / "r1") == path_fingerprint(tmp_path / "r2")
 
 
 def test_atomic_path_cleans_up_on_error(tmp_path):
@@ -91,3 +138,15 @@ def test_check_writable_dir(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(PermissionError, match="not writable"):
         check_writable_dir(blocker / "sub")
+
+
+def test_atomic_writes_get_the_usual_file_mode(tmp_path):
+    """Outputs such as summary.json and index/CURRENT are readable by the group (not mkstemp's 0600)."""
+    from storage import atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        p = atomic_write_text(tmp_path / "summary.json", "{}")
+    finally:
+        os.umask(mask)
+    assert p.stat().st_mode & 0o777 == 0o644

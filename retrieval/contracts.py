@@ -1,0 +1,19 @@
+"""Stage contracts of the retrieval stages (see :mod:`storage.contracts`): index plan, embedding parts,
+publish, evaluation. Plain data; the functions are in :mod:`retrieval.stages`."""
+from __future__ import annotations
+
+from retrieval.chunks import ChunkConfig
+from storage.contracts import Stage
+
+ENCODER = "models/finetune-policysm1"
+_CODE = ("retrieval.chunks", "retrieval.index", "retrieval.embed", "model.features", "model.modeling", "storage")
+
+INDEX_PLAN = Stage("index-plan", "retrieval.stages:index_plan_stage", reads=("documents_clean", ENCODER),
+                   code=_CODE, config=ChunkConfig, scratch=("index",))
+EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", reads=("documents_clean", ENCODER),
+                   code=_CODE, scratch=("index",))
+INDEX = Stage("index", "retrieval.stages:index_publish_stage", reads=("documents_clean", ENCODER), writes=("index",),
+              code=_CODE, config=ChunkConfig)
+EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
+                 writes=("eval/retrieval",), code=("retrieval.evaluate", *_CODE, "corpus.segment"))
+STAGES = (INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)

@@ -1,0 +1,134 @@
+"""Sparse side of an index version (issue 12): BM25 over the segmenter's tokens, with ``bm25s``.
+
+Chunks are tokenized with the corpus segmenter (``corpus.segment.load_segmenter``; tokens without a
+letter or digit dropped, Latin lower-cased) and scored with Okapi BM25 (Robertson & Zaragoza 2009,
+"The Probabilistic Relevance Framework: BM25 and Beyond"; Lucene's IDF variant as implemented by
+bm25s, Lù 2024, arXiv:2407.03618). ``index/vN/sparse/`` holds the bm25s matrices and
+``tokens.parquet`` (``chunk_id, tokens``) so a refresh re-tokenizes only new or changed chunks.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TOKENS = "tokens.parquet"
+Tokenize = Callable[[Sequence[str]], list[list[str]]]
+
+
+@dataclass(frozen=True)
+class SparseConfig:
+    """segmenter: backend for ``load_segmenter`` (``auto`` resolves to HanLP neural when cached, else
+    the HanLP dictionary; the resolved backend and its dictionary/model id go to the manifest);
+    k1, b: BM25 saturation and length normalisation; method: bm25s scoring variant."""
+
+    segmenter: str = "auto"
+    k1: float = 1.5
+    b: float = 0.75
+    method: str = "lucene"
+
+
+def keep_token(w: str) -> bool:
+    """A token counts for BM25 when it has a letter or digit (punctuation and spaces are dropped)."""
+    return any(ch.isalnum() for ch in w)
+
+
+def make_tokenizer(backend: str = "auto") -> tuple[Tokenize, dict]:
+    """(texts -> token lists, segmenter identity ``{"backend", "model_id"}``) for ``backend``.
+
+    Raises:
+        corpus.segment.SegmenterUnavailable / ValueError: see ``load_segmenter``.
+    """
+    from corpus.segment import load_segmenter
+
+    seg = load_segmenter(backend)
+
+    def tokenize(texts: Sequence[str]) -> list[list[str]]:
+        return [[w.lower() for w in ws if keep_token(w)] for ws in seg.segment(list(texts))]
+
+    return tokenize, {"backend": seg.backend, "model_id": seg.model_id}
+
+
+class SparseIndex:
+    """A BM25 index over token lists whose rows align with ``chunks.parquet``.
+
+    ``scores(tokens)`` -> float32 (n_chunks,); ``top(tokens, k)`` -> (rows, scores) best first.
+    """
+
+    def __init__(self, bm25, n_docs: int):
+        self.bm25, self.n_docs = bm25, n_docs
+
+    @classmethod
+    def build(cls, tokens: Sequence[Sequence[str]], cfg: SparseConfig = SparseConfig()) -> "SparseIndex":
+        """Index token lists (one per chunk; an empty list is a chunk no query matches)."""
+        import bm25s
+
+        corpus = [list(t) if len(t) else [""] for t in tokens]
+        bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
+        bm25.index(corpus, show_progress=False)
+        return cls(bm25, len(corpus))
+
+    def save(self, out_dir: str | os.PathLike) -> None:
+        """Write the bm25s matrices, vocabulary and parameters into ``out_dir``."""
+        self.bm25.save(str(out_dir), show_progress=False)
+
+    @classmethod
+    def load(cls, d: str | os.PathLike) -> "SparseIndex":
+        """Load what :meth:`save` wrote.
+
+        Raises:
+            FileNotFoundError: ``d`` holds no bm25s index.
+        """
+        import bm25s
+
+        if not (Path(d) / "params.index.json").is_file():
+            raise FileNotFoundError(f"no sparse index in {d}")
+        bm25 = bm25s.BM25.load(str(d), load_corpus=False)
+        return cls(bm25, int(json.loads((Path(d) / "params.index.json").read_text())["num_docs"]))
+
+    def scores(self, tokens: Sequence[str]) -> np.ndarray:
+        """BM25 score of every chunk for one tokenized query (zeros when no token is indexed)."""
+        ids = [i for i in self.bm25.get_tokens_ids(list(tokens)) if i != self.bm25.vocab_dict.get("")]
+        if not ids:
+            return np.zeros(self.n_docs, dtype=np.float32)
+        return np.asarray(self.bm25.get_scores_from_ids(ids), dtype=np.float32)
+
+    def top(self, tokens: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and scores of the ``k`` best chunks with a positive score, best first (ties by row)."""
+        s = self.scores(tokens)
+        return top_rows(s, k)
+
+
+def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the ``k`` highest positive scores, best first, ties broken by row; and their scores."""
+    cand = np.flatnonzero(scores > 0)
+    order = cand[np.lexsort((cand, -scores[cand]))][:k]
+    return order, scores[order]
+
+
+def write_tokens(d: str | os.PathLike, chunk_ids: np.ndarray, tokens: Sequence[Sequence[str]]) -> None:
+    """``tokens.parquet`` (chunk_id int64, tokens list<string>) in ``d``."""
+    table = pa.table({"chunk_id": pa.array(np.asarray(chunk_ids, dtype=np.int64)),
+                      "tokens": pa.array([list(t) for t in tokens], type=pa.list_(pa.string()))})
+    pq.write_table(table, Path(d) / TOKENS, compression="zstd")
+
+
+def read_tokens(d: str | os.PathLike) -> dict[int, list[str]]:
+    """chunk_id -> tokens from ``tokens.parquet`` in ``d`` ({} when absent)."""
+    p = Path(d) / TOKENS
+    if not p.is_file():
+        return {}
+    df = pd.read_parquet(p)
+    return {int(c): list(t) for c, t in zip(df["chunk_id"], df["tokens"])}
+
+
+def sparse_key(cfg: SparseConfig, segmenter: dict) -> dict:
+    """What must match for stored tokens to be reused: the config and the resolved segmenter."""
+    return {**asdict(cfg), "segmenter_backend": segmenter["backend"], "segmenter_model_id": segmenter["model_id"]}

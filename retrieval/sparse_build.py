@@ -1,0 +1,181 @@
+"""Build the sparse side of an index version and fit its hybrid weights (issue 12), at publish time.
+
+Called by :func:`retrieval.index.publish_staged`. Reuses what the previous version already computed
+(chunk tokens under the same segmenter and BM25 config; fit-query vectors under the same encoder), so a
+refresh after editing one document tokenizes and embeds only what changed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import faiss
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from retrieval.hybrid import FusionConfig, fit_fusion, mask_leads
+from retrieval.sparse import SparseConfig, SparseIndex, Tokenize, make_tokenizer, read_tokens, sparse_key, write_tokens
+
+SPARSE_DIR = "sparse"
+FUSION_DIR = "fusion"
+
+
+@dataclass
+class SparseSide:
+    """What publishing adds to a version: manifest keys, stats, and ``write(version_dir)``."""
+
+    manifest: dict
+    stats: dict
+    sparse: SparseIndex
+    tokens: list[list[str]]
+    chunk_ids: np.ndarray
+    fit_queries: pd.DataFrame | None = None
+    masked: pd.DataFrame | None = None
+
+    def write(self, vdir: Path) -> None:
+        """Write ``sparse/`` (bm25s files + tokens.parquet) and ``fusion/queries.parquet`` into ``vdir``."""
+        d = vdir / SPARSE_DIR
+        d.mkdir()
+        self.sparse.save(d)
+        write_tokens(d, self.chunk_ids, self.tokens)
+        if self.fit_queries is not None:
+            (vdir / FUSION_DIR).mkdir()
+            q = self.fit_queries
+            table = pa.table({"query": q["query"].tolist(), "doc_id": q["doc_id"].astype(str).tolist(),
+                              "kind": q.get("kind", pd.Series([""] * len(q))).astype(str).tolist(),
+                              "tokens": pa.array(q["tokens"].tolist(), type=pa.list_(pa.string())),
+                              "vector": pa.array([np.asarray(v, np.float32).tolist() for v in q["vector"]],
+                                                 type=pa.list_(pa.float32()))})
+            pq.write_table(table, vdir / FUSION_DIR / "queries.parquet", compression="zstd")
+        if self.masked is not None:
+            m = self.masked
+            pq.write_table(pa.table({"chunk_id": pa.array(m["chunk_id"].to_numpy(np.int64)), "text": m["text"].tolist(),
+                                     "vector": pa.array([np.asarray(v, np.float32).tolist() for v in m["vector"]],
+                                                        type=pa.list_(pa.float32()))}),
+                           vdir / FUSION_DIR / "masked.parquet", compression="zstd")
+
+
+def _prev_manifest(root: Path, prev: str | None) -> dict:
+    if prev is None or not (root / prev / "manifest.json").is_file():
+        return {}
+    return json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
+
+
+def _prev_fit_cache(root: Path, prev: str | None) -> dict[str, tuple[list[str], np.ndarray]]:
+    p = root / (prev or "") / FUSION_DIR / "queries.parquet"
+    if prev is None or not p.is_file():
+        return {}
+    df = pd.read_parquet(p)
+    return {q: (list(t), np.asarray(v, np.float32)) for q, t, v in zip(df["query"], df["tokens"], df["vector"])}
+
+
+def dense_rows(index: faiss.Index, row_of: dict[int, int], qvecs: np.ndarray, depth: int) -> list[list[int]]:
+    """Chunk rows of the top ``depth`` dense hits per query vector (q, dim)."""
+    _, ids = index.search(np.ascontiguousarray(qvecs, dtype=np.float32), min(depth, max(index.ntotal, 1)))
+    return [[row_of[int(i)] for i in row if i >= 0] for row in ids]
+
+
+def build_sparse_side(root: Path, plan: dict, chunks: pd.DataFrame, index: faiss.Index, cfg: SparseConfig,
+                      tokenizer: Callable[[], tuple[Tokenize, dict]] | None, fusion_queries: pd.DataFrame | None,
+                      query_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]],
+                      fusion: FusionConfig | None, vectors: np.ndarray | None = None,
+                      passage_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]] | None = None
+                      ) -> SparseSide:
+    """BM25 over the chunks (tokens reused from the previous version where its sparse key matches) and,
+    with ``fusion_queries`` (query, doc_id), the fitted hybrid weights. With ``fusion.mask_leads`` the fit
+    ranks a copy of the corpus whose chunks containing a lead query have it cut out
+    (:func:`retrieval.hybrid.mask_leads`); those chunks are re-tokenized and re-embedded with
+    ``passage_embed_factory()`` (needs ``vectors``; their vectors are reused from the previous version).
+
+    Returns a :class:`SparseSide` whose ``manifest`` holds ``sparse`` (key, vocabulary size) and
+    ``fusion`` (:func:`retrieval.hybrid.fit_fusion`'s result).
+    """
+    fusion = fusion or FusionConfig()
+    tokenize, ident = (tokenizer or (lambda: make_tokenizer(cfg.segmenter)))()
+    key = sparse_key(cfg, ident)
+    prev = plan.get("previous")
+    pm = _prev_manifest(root, prev)
+    same_sparse = pm.get("sparse", {}).get("key") == key
+    old = read_tokens(root / prev / SPARSE_DIR) if same_sparse and prev else {}
+    ids = chunks["chunk_id"].to_numpy(np.int64)
+    todo = [k for k, c in enumerate(ids) if int(c) not in old]
+    fresh = tokenize(chunks["text"].iloc[todo].tolist()) if todo else []
+    tokens = [old.get(int(c)) for c in ids]
+    for k, t in zip(todo, fresh):
+        tokens[k] = t
+    sp = SparseIndex.build(tokens, cfg)
+    man = {"sparse": {"dir": SPARSE_DIR, "key": key, "vocab": int(len(sp.bm25.vocab_dict)),
+                      "backend": ident["backend"], "segmenter_model_id": ident["model_id"]}}
+    stats = {"sparse_tokenized": len(todo), "sparse_reused": len(ids) - len(todo)}
+    fit_q = None
+    if fusion_queries is not None and len(fusion_queries):
+        cache = _prev_fit_cache(root, prev) if same_sparse and pm.get("model_id") == plan["model_id"] else {}
+        q = fusion_queries.reset_index(drop=True).copy()
+        miss = [i for i, t in enumerate(q["query"]) if t not in cache]
+        vecs = query_embed_factory()(q["query"].iloc[miss].tolist()) if miss else None
+        qtoks = tokenize(q["query"].iloc[miss].tolist()) if miss else []
+        vec_col = [cache[t][1] if t in cache else None for t in q["query"]]
+        tok_col = [cache[t][0] if t in cache else None for t in q["query"]]
+        for j, i in enumerate(miss):
+            vec_col[i], tok_col[i] = vecs[j], qtoks[j]
+        q["vector"], q["tokens"] = vec_col, tok_col
+        row_of = {int(c): k for k, c in enumerate(ids)}
+        fit_index, fit_sp, masked, mvecs = index, sp, {}, None
+        if fusion.mask_leads and vectors is not None and passage_embed_factory is not None:
+            masked = mask_leads(chunks["text"].tolist(), chunks["doc_id"].astype(str).tolist(), q)
+            fit_index, fit_sp, n_emb, mvecs = _masked_corpus(root, prev, masked, vectors, tokens, ids, cfg, tokenize,
+                                                      passage_embed_factory, same_sparse and
+                                                      pm.get("model_id") == plan["model_id"])
+            stats["fusion_masked_embedded"] = n_emb
+        dense = dense_rows(fit_index, row_of, np.stack(vec_col), fusion.depth)
+        sparse = [fit_sp.top(t, fusion.depth)[0].tolist() for t in tok_col]
+        gold = q["doc_ids"].tolist() if "doc_ids" in q else q["doc_id"].astype(str).tolist()
+        man["fusion"] = {**fit_fusion(dense, sparse, chunks["doc_id"].astype(str).tolist(), gold, fusion),
+                         "masked_chunks": len(masked)}
+        stats.update(fusion_w_dense=man["fusion"]["w_dense"], fusion_queries_embedded=len(miss))
+        fit_q = q
+    else:
+        man["fusion"] = {"w_dense": 0.5, "w_sparse": 0.5, "rrf_k": fusion.rrf_k, "depth": fusion.depth,
+                         "fitted": False, "queries": 0}
+    side = SparseSide(man, stats, sp, tokens, ids, fit_q)
+    side.masked = masked_cache_frame(masked, ids, mvecs) if fit_q is not None else None
+    return side
+
+
+def masked_cache_frame(masked: dict[int, str], ids: np.ndarray, vecs: dict | None) -> pd.DataFrame | None:
+    """chunk_id, text, vector of the masked chunks (reused by the next refresh)."""
+    if not masked or vecs is None:
+        return None
+    rows = sorted(masked)
+    return pd.DataFrame({"chunk_id": [int(ids[r]) for r in rows], "text": [masked[r] for r in rows],
+                         "vector": [vecs[r] for r in rows]})
+
+
+def _masked_corpus(root: Path, prev: str | None, masked: dict[int, str], vectors: np.ndarray, tokens: list,
+                   ids: np.ndarray, cfg: SparseConfig, tokenize: Tokenize, embed_factory, reuse: bool):
+    """(flat dense index, BM25 index, texts embedded, {row: masked vector}) over the corpus with ``masked`` rows replaced; the
+    masked vectors are reused from the previous version's ``fusion/masked.parquet`` when ``reuse``."""
+    from retrieval.index import build_index
+
+    old = {}
+    p = root / (prev or "") / FUSION_DIR / "masked.parquet"
+    if reuse and prev and p.is_file():
+        df = pd.read_parquet(p)
+        old = {(int(c), t): np.asarray(v, np.float32) for c, t, v in zip(df["chunk_id"], df["text"], df["vector"])}
+    rows = sorted(masked)
+    todo = [r for r in rows if (int(ids[r]), masked[r]) not in old]
+    fresh = embed_factory()([masked[r] for r in todo]) if todo else None
+    mvecs = {r: old.get((int(ids[r]), masked[r])) for r in rows}
+    for j, r in enumerate(todo):
+        mvecs[r] = fresh[j]
+    fit_vecs = np.array(vectors, dtype=np.float32, copy=True)
+    fit_tokens = list(tokens)
+    mtoks = tokenize([masked[r] for r in rows]) if rows else []
+    for r, t in zip(rows, mtoks):
+        fit_vecs[r] = mvecs[r]
+        fit_tokens[r] = t
+    return build_index(fit_vecs, ids), SparseIndex.build(fit_tokens, cfg), len(todo), mvecs

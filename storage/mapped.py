@@ -1,0 +1,86 @@
+"""Mapped stages: plan -> parts -> merge (segmentation, embedding).
+
+A plan is a small JSON-able dict computed from the stage's input (its fingerprint and the row ranges of
+the parts), passed to every part as a parameter, so a part's cache key sees exactly what it will
+process. Each part writes one Parquet file named by its own cache key under the stage's part folder
+and returns its :func:`part_record` (path, sha256, rows); the merge gets the records as a parameter,
+reads the files in part order (verifying their sha256) and writes the stage's table. Parts can run in
+any order on any task runner (threads, Dask workers): the merged bytes are the same.
+"""
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.atomic import atomic_write_bytes
+from storage.hashing import file_sha256
+
+PARTS_ROOT = "cache/parts"
+
+
+class StalePlanError(RuntimeError):
+    """A part or merge was given a plan that no longer matches its input table."""
+
+
+def plan_ranges(rows: int, n_parts: int) -> list[list[int]]:
+    """``n_parts`` contiguous ``[lo, hi)`` row ranges covering ``rows`` rows (sizes differ by at most one).
+
+    Raises:
+        ValueError: ``n_parts`` < 1 or ``rows`` < 0.
+    """
+    if n_parts < 1 or rows < 0:
+        raise ValueError(f"need n_parts >= 1 and rows >= 0, got {n_parts}, {rows}")
+    return [[i * rows // n_parts, (i + 1) * rows // n_parts] for i in range(n_parts)]
+
+
+def part_file(parts_dir: str | os.PathLike, key: str, suffix: str = ".parquet") -> Path:
+    """Where the part with cache key ``key`` is written: ``parts_dir/<key[:32]><suffix>`` (``suffix`` ""
+    names a folder, e.g. a plan's staging folder)."""
+    return Path(parts_dir) / f"{key[:32]}{suffix}"
+
+
+def write_part(df: pd.DataFrame, path: str | os.PathLike, **meta) -> dict:
+    """Write one part as zstd Parquet (atomically) and return its :func:`part_record` with ``meta`` added."""
+    table = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    atomic_write_bytes(path, buf.getvalue())
+    return {**part_record(path), "rows": int(len(df)), **meta}
+
+
+def part_record(path: str | os.PathLike) -> dict:
+    """``{"path": str, "sha256": hex}`` of a written part file."""
+    return {"path": str(path), "sha256": file_sha256(path)}
+
+
+def read_parts(records: list[dict]) -> pd.DataFrame:
+    """Concatenate the part files of ``records`` in order, each checked against its sha256.
+
+    Raises:
+        StalePlanError: a part file is missing or its bytes differ from its record (re-run the parts).
+    """
+    frames = []
+    for r in records:
+        p = Path(r["path"])
+        if not p.is_file() or file_sha256(p) != r["sha256"]:
+            raise StalePlanError(f"part file {p} is missing or changed since its part ran")
+        frames.append(pd.read_parquet(p))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def prune_parts(parts_dir: str | os.PathLike, keep: list[dict]) -> int:
+    """Delete the part files and folders under ``parts_dir`` that ``keep`` does not name; returns how many."""
+    import shutil
+
+    keep_paths = {Path(r["path"]).resolve() for r in keep}
+    n = 0
+    for f in Path(parts_dir).iterdir() if Path(parts_dir).is_dir() else []:
+        if f.resolve() not in keep_paths:
+            shutil.rmtree(f) if f.is_dir() and not f.is_symlink() else f.unlink(missing_ok=True)
+            n += 1
+    return n

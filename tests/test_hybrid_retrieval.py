@@ -1,0 +1,172 @@
+"""Issue 12: pinned encoders per index version, the sparse (BM25) side and hybrid search."""
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from retrieval.chunks import ChunkConfig
+from retrieval.hybrid import FusionConfig, doc_metrics, fit_fusion, fuse, mine_queries
+from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
+
+CHUNKS = ChunkConfig(max_chars=120, overlap=30)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """The segmenter, loaded once for the module (index builds and retrievers check its identity)."""
+    from retrieval.sparse import make_tokenizer
+
+    return make_tokenizer("auto")
+
+
+def _rankings(r, queries, mode):
+    return [[h["doc_id"] for h in r.search(q, 5, mode=mode)] for q in queries]
+
+
+def test_model_id_covers_every_weight_format_and_config(tmp_path):
+    from retrieval.pinning import model_id
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "pytorch_model.bin").write_bytes(b"weights-a")
+    (d / "config.json").write_text('{"hidden_size": 32}')
+    (d / "metrics.json").write_text("{}")
+    a = model_id(d)
+    (d / "metrics.json").write_text('{"acc": 1}')  # not part of the encoder
+    assert model_id(d) == a
+    (d / "config.json").write_text('{"hidden_size": 64}')
+    b = model_id(d)
+    (d / "extra.pt").write_bytes(b"more")
+    c = model_id(d)
+    (d / "pytorch_model.bin").write_bytes(b"weights-b")
+    assert len({a, b, c, model_id(d)}) == 4
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError):
+        model_id(empty)
+
+
+def test_rollback_embeds_queries_with_the_pinned_encoder(tmp_path, tok):
+    from retrieval.pinning import EncoderMismatchError
+    from retrieval.stages import Retriever, index_stage
+
+    clean = write_clean(policy_docs(), tmp_path / "clean")
+    ckpt, root = tmp_path / "models" / "finetune", tmp_path / "index"
+    save_tiny_policybert(ckpt, seed=1)
+    s1 = index_stage(clean, ckpt, root, CHUNKS, tokenizer=tok)
+    queries = ["数据要素流通和交易制度", "职业院校办学条件", "耕地保护和农民增收"]
+    r1 = Retriever(root, tokenizer=tok)
+    before = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in r1.search(q, 5, mode="dense")] for q in queries]
+    # a new fine-tune rewrites the same path with other weights; v2 is a full rebuild with model B
+    shutil.rmtree(ckpt)
+    save_tiny_policybert(ckpt, seed=2)
+    s2 = index_stage(clean, ckpt, root, CHUNKS, tokenizer=tok)
+    m1 = json.loads((root / "v1" / "manifest.json").read_text())
+    m2 = json.loads((root / "v2" / "manifest.json").read_text())
+    assert s2["full_rebuild"] and m1["model_id"] != m2["model_id"]
+    assert (root / m1["encoder_dir"]).is_dir() and (root / m2["encoder_dir"]).is_dir()
+    v2 = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
+          for q in queries]
+    assert v2 != before  # model B ranks/scores differently
+    (root / "CURRENT").write_text("v1")  # rollback
+    after = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
+             for q in queries]
+    assert after == before and s1["version"] == "v1"
+    # a tampered pinned encoder is refused with a clear error
+    weights = next((root / m1["encoder_dir"]).glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(EncoderMismatchError, match="refusing to serve"):
+        Retriever(root, tokenizer=tok)
+
+
+def test_fuse_ends_reproduce_each_side():
+    dense, sparse = [5, 3, 9, 1], [3, 7, 5]
+    assert [r for r, *_ in fuse(dense, sparse, 1.0)][:4] == dense
+    assert [r for r, *_ in fuse(dense, sparse, 0.0)][:3] == sparse
+    mixed = fuse(dense, sparse, 0.5)
+    assert mixed[0][0] == 3 and mixed[0][2:] == (2, 1)  # ranks 2 and 1: best of both
+    assert {r for r, *_ in mixed} == set(dense) | set(sparse)
+
+
+def test_fit_never_loses_to_the_better_side_and_drops_a_useless_one():
+    rng = np.random.default_rng(0)
+    n_docs, n_q = 50, 40
+    row_doc = [f"d{i}" for i in range(n_docs)]
+    gold = [f"d{i}" for i in range(n_q)]
+    sparse = [[i] + [int(x) for x in rng.permutation(n_docs) if x != i][:20] for i in range(n_q)]  # sparse: perfect
+    dense = [[int(x) for x in rng.permutation(n_docs)][:20] for _ in range(n_q)]  # dense: random
+    fit = fit_fusion(dense, sparse, row_doc, gold, FusionConfig(grid=10))
+    assert fit["hybrid"]["recall@10"] >= max(fit["dense"]["recall@10"], fit["sparse"]["recall@10"]) == 1.0
+    assert fit["w_dense"] < 0.5 and fit["hybrid"]["mrr@10"] == 1.0
+    # complementary sides: fusion beats both
+    dense2 = [[i] + list(range(n_docs, n_docs + 15)) if i % 2 else list(range(n_docs, n_docs + 15)) + [i]
+              for i in range(n_q)]
+    sparse2 = [list(range(n_docs, n_docs + 15)) + [i] if i % 2 else [i] + list(range(n_docs, n_docs + 15))
+               for i in range(n_q)]
+    row_doc2 = row_doc + [f"x{j}" for j in range(15)]
+    fit2 = fit_fusion(dense2, sparse2, row_doc2, gold, FusionConfig(grid=10))
+    assert fit2["hybrid"]["recall@10"] == 1.0 > max(fit2["dense"]["recall@10"], fit2["sparse"]["recall@10"])
+
+
+def test_mined_queries_are_titles_and_leads():
+    q = mine_queries(policy_docs())
+    assert set(q["kind"]) == {"title", "lead"} and len(q) == 16
+    assert q.loc[q.kind == "lead", "query"].iloc[0].startswith("为推进数据要素工作")
+    assert doc_metrics([["a", "b"], ["c"]], [{"b", "z"}, "q"])["recall@5"] == 0.5
+
+
+def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
+    from retrieval.stages import Retriever, index_stage
+
+    ckpt, root = save_tiny_policybert(tmp_path / "ft", seed=3), tmp_path / "index"
+    s1 = index_stage(write_clean(policy_docs(), tmp_path / "c1"), ckpt, root, CHUNKS, tokenizer=tok)
+    man = json.loads((root / "v1" / "manifest.json").read_text())
+    assert (root / "v1" / "sparse" / "tokens.parquet").is_file() and man["sparse"]["backend"]
+    fit = man["fusion"]
+    assert fit["fitted"] and fit["queries"] == 16 and 0.0 <= fit["w_dense"] <= 1.0
+    objective = lambda m: m["recall@10"] + m["mrr@10"]  # noqa: E731
+    assert objective(fit["hybrid"]) >= max(objective(fit["dense"]), objective(fit["sparse"]))
+    r = Retriever(root, tokenizer=tok)
+    hits = r.search("养老服务体系和普惠托育", k=5)
+    assert hits[0]["doc_id"] == "d5" and hits[0]["mode"] == "hybrid"
+    for h in hits:
+        assert {"dense_score", "sparse_score", "dense_rank", "sparse_rank", "score"} <= set(h)
+        assert h["dense_rank"] is not None or h["sparse_rank"] is not None
+    sp = r.search("养老服务体系和普惠托育", k=5, mode="sparse")
+    assert sp[0]["doc_id"] == "d5" and sp[0]["sparse_rank"] == 1 and sp[0]["score"] == sp[0]["sparse_score"] > 0
+    assert [h["score"] for h in sp] == sorted((h["score"] for h in sp), reverse=True)
+    titles = policy_docs()["title"].tolist()
+    gold = policy_docs()["doc_id"].tolist()
+    m = {mode: doc_metrics(_rankings(r, titles, mode), gold) for mode in ("dense", "sparse", "hybrid")}
+    assert m["sparse"]["recall@5"] == 1.0 and m["hybrid"]["recall@5"] >= m["dense"]["recall@5"]
+    # refresh after editing one document: only its changed chunks are tokenized and embedded
+    s2 = index_stage(write_clean(policy_docs(edit=2), tmp_path / "c2"), ckpt, root, CHUNKS, tokenizer=tok)
+    assert not s2["full_rebuild"] and 0 < s2["embedded"] == s2["sparse_tokenized"] < s1["chunks"] // 4
+    assert s2["fusion_queries_embedded"] == 0  # titles and leads unchanged: their vectors are reused
+    assert s1["fusion_masked_embedded"] == fit["masked_chunks"] == 8 and s2["fusion_masked_embedded"] == 0
+    v1 = pd.read_parquet(root / "v1" / "sparse" / "tokens.parquet")
+    v2 = pd.read_parquet(root / "v2" / "sparse" / "tokens.parquet")
+    same = v1.merge(v2, on="chunk_id")
+    assert len(same) == s2["sparse_reused"] and all(list(a) == list(b) for a, b in zip(same.tokens_x, same.tokens_y))
+    hit = Retriever(root, tokenizer=tok).search("建立定期评估和督促检查机制", k=1, mode="sparse")[0]
+    assert hit["doc_id"] == "d2" and "督促检查" in hit["text"]
+
+
+def test_search_cli_modes(tmp_path, capsys, tok):
+    from flows.search import main
+    from retrieval.stages import index_stage
+
+    data = tmp_path / "data"
+    ckpt = save_tiny_policybert(tmp_path / "ft", seed=4)
+    index_stage(write_clean(policy_docs(), tmp_path / "c"), ckpt, data / "index", CHUNKS, tokenizer=tok)
+    assert main(["乡村振兴战略", "--data-dir", str(data), "-k", "3", "--mode", "sparse"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 3 and lines[0]["doc_id"] == "d7" and lines[0]["mode"] == "sparse"
+    assert main(["乡村振兴战略", "--data-dir", str(data)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 5 and {"dense_score", "sparse_rank"} <= set(lines[0])
+    assert main(["x", "--data-dir", str(tmp_path / "nothing")]) == 2
