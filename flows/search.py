@@ -2,7 +2,8 @@
 [--mode hybrid|dense|sparse]``.
 
 Prints one JSON line per hit: score, dense_score, sparse_score, dense_rank, sparse_rank, mode, doc_id,
-title, source, url, start, end, text. ``hybrid`` (default) fuses the dense and BM25 rankings with the
+external_id, title, source, url, start, end, text. An empty query, one over ``--max-query-chars`` chars
+or a ``-k`` outside 1..``--max-k`` is one ``error:`` line and exit 2, before anything loads. ``hybrid`` (default) fuses the dense and BM25 rankings with the
 weights fitted when the index version was built (see ``retrieval.hybrid``).
 """
 from __future__ import annotations
@@ -12,9 +13,11 @@ import json
 import sys
 from pathlib import Path
 
+from retrieval.query import QueryError, QueryLimits, check_query
 
-FIELDS = ("score", "dense_score", "sparse_score", "dense_rank", "sparse_rank", "mode", "doc_id", "title", "source",
-          "url", "start", "end", "text")
+
+FIELDS = ("score", "dense_score", "sparse_score", "dense_rank", "sparse_rank", "mode", "doc_id", "external_id", "title",
+          "source", "url", "start", "end", "text")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,22 +27,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", type=int, default=5)
     parser.add_argument("--min-score", type=float, default=None, help="drop hits whose score (of the mode) is lower")
     parser.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
+    parser.add_argument("--max-k", type=int, default=QueryLimits.max_k, help="largest k accepted")
+    parser.add_argument("--max-query-chars", type=int, default=QueryLimits.max_chars, help="longest query accepted")
     args = parser.parse_args(argv)
+    limits = QueryLimits(max_k=args.max_k, max_chars=args.max_query_chars)
+    try:  # before the index and the encoder load
+        check_query(args.query, args.k, limits)
+    except QueryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from transformers.utils import logging as hf_logging
 
     from retrieval.pinning import EncoderMismatchError
-    from retrieval.stages import query_index
+    from retrieval.stages import Retriever
     from storage import layout as L
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        hits = query_index(Path(args.data_dir) / L.INDEX, args.query, args.k, args.min_score, args.mode)
+        hits = Retriever(Path(args.data_dir) / L.INDEX, limits=limits).search(args.query, args.k, args.min_score,
+                                                                               args.mode)
     except (FileNotFoundError, EncoderMismatchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for h in hits:
-        print(json.dumps({k: h[k] for k in FIELDS},
+        print(json.dumps({k: h.get(k) for k in FIELDS},
                          ensure_ascii=False, default=str))
     return 0
 

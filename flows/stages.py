@@ -81,6 +81,6 @@ def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = Non
     plan = T.index_plan(data_dir, cfg.chunks, cfg.index, wait_for=upstream or [])
     r["index"] = mapped_stage(plan, T.embed_part, cfg.embed_parts, M(T.index, data_dir), data_dir,
                               (cfg.embed_parts, cfg.embed_batch_size),
-                              (cfg.chunks, cfg.index, cfg.embed_batch_size, cfg.embed_parts))
+                              (cfg.chunks, cfg.index, cfg.embed_batch_size, cfg.embed_parts), {"plan": plan})
     r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
     return r

@@ -63,9 +63,12 @@ def chunk_text(text: str, cfg: ChunkConfig = ChunkConfig()) -> list[tuple[int, i
 def build_chunks(docs: pd.DataFrame, cfg: ChunkConfig = ChunkConfig()) -> pd.DataFrame:
     """Chunks of every document of ``documents_clean`` (doc_id, text, title, source, url).
 
-    Returns columns :data:`CHUNK_COLUMNS`; identical chunk texts in one document are kept once.
+    Returns columns :data:`CHUNK_COLUMNS`, plus ``external_id`` when ``docs`` has it (documents imported from
+    JSON Lines / Parquet keep their own id on every chunk and search hit); identical chunk texts in one document
+    are kept once.
     """
     rows, seen = [], set()
+    external = "external_id" in docs.columns
     for r in docs.itertuples(index=False):
         for s, e in chunk_text(r.text, cfg):
             t = r.text[s:e].strip()
@@ -73,5 +76,6 @@ def build_chunks(docs: pd.DataFrame, cfg: ChunkConfig = ChunkConfig()) -> pd.Dat
             if not t or cid in seen:
                 continue
             seen.add(cid)
-            rows.append((cid, r.doc_id, s, e, t, r.title, r.source, r.url))
-    return pd.DataFrame(rows, columns=list(CHUNK_COLUMNS)).astype({"chunk_id": "int64"})
+            rows.append((cid, r.doc_id, s, e, t, r.title, r.source, r.url) + ((r.external_id,) if external else ()))
+    columns = list(CHUNK_COLUMNS) + (["external_id"] if external else [])
+    return pd.DataFrame(rows, columns=columns).astype({"chunk_id": "int64"})

@@ -161,8 +161,10 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
     return plan
 
 
-def embed_staged(staging: str | os.PathLike, embed: Callable[[list[str]], np.ndarray], part: int, n_parts: int) -> int:
-    """Embed part ``part`` of ``n_parts`` of the planned rows into ``staging/emb-NNNNN.npy``; returns rows embedded.
+def embed_staged(staging: str | os.PathLike, embed: Callable[[list[str]], np.ndarray], part: int, n_parts: int,
+                 out_file: str | os.PathLike | None = None) -> int:
+    """Embed part ``part`` of ``n_parts`` of the planned rows into ``out_file`` (default
+    ``staging/emb-NNNNN.npz``: arrays ``rows`` and ``vectors``); returns rows embedded.
 
     Parts may run in any order, in parallel; :func:`publish_staged` assembles them by row."""
     staging = Path(staging)
@@ -171,7 +173,7 @@ def embed_staged(staging: str | os.PathLike, embed: Callable[[list[str]], np.nda
     rows = todo[part * len(todo) // n_parts:(part + 1) * len(todo) // n_parts]
     texts = pd.read_parquet(staging / "chunks.parquet", columns=["text"])["text"].iloc[rows].tolist()
     vecs = embed(texts) if rows else np.zeros((0, 0), dtype=np.float32)
-    with atomic_path(staging / f"emb-{part:05d}.npz") as tmp, open(tmp, "wb") as fh:
+    with atomic_path(Path(out_file) if out_file else staging / f"emb-{part:05d}.npz") as tmp, open(tmp, "wb") as fh:
         np.savez(fh, rows=np.asarray(rows, dtype=np.int64), vectors=vecs)
     return len(rows)
 
@@ -181,9 +183,14 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
                    sparse: "SparseConfig | None" = None, tokenizer: "Callable[[], tuple[Tokenize, dict]] | None" = None,
                    fusion_queries: pd.DataFrame | None = None,
                    query_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]] | None = None,
-                   fusion: "FusionConfig | None" = None) -> dict:
+                   fusion: "FusionConfig | None" = None, parts: list[dict] | None = None,
+                   keep_staging: bool = False) -> dict:
     """Assemble reused and embedded vectors (parts not staged are embedded here), build the index,
-    publish the next version and switch ``CURRENT``; the staging folder is removed.
+    publish the next version and switch ``CURRENT``; the staging folder is removed unless ``keep_staging``.
+
+    ``parts``: the records of the embedded parts (``path``, ``sha256``), in part order, as the mapped
+    embedding tasks returned them; each file is checked against its sha256 (a missing or changed part
+    raises :class:`storage.mapped.StalePlanError`). Without it the parts are read from the staging folder.
 
     With ``sparse`` (a :class:`~retrieval.sparse.SparseConfig`) the version also gets ``sparse/``: BM25
     over the chunks' tokens (``tokenizer()`` -> (texts -> tokens, segmenter identity), loaded once;
@@ -206,10 +213,13 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
             loaded["embed"] = embed_factory()
         return loaded["embed"]
 
-    for part in range(n_parts):
-        if not (staging / f"emb-{part:05d}.npz").is_file():
-            embed_staged(staging, embed(), part, n_parts)
-    blocks = [np.load(staging / f"emb-{p:05d}.npz") for p in range(n_parts)]
+    if parts is not None:
+        blocks = [np.load(_verified(r)) for r in parts]
+    else:
+        for part in range(n_parts):
+            if not (staging / f"emb-{part:05d}.npz").is_file():
+                embed_staged(staging, embed(), part, n_parts)
+        blocks = [np.load(staging / f"emb-{p:05d}.npz") for p in range(n_parts)]
     fresh = [(b["rows"], b["vectors"]) for b in blocks if len(b["rows"])]
     reused = np.load(staging / "reused.npy") if plan["reuse_rows"] else None
     dims = [v.shape[1] for _, v in fresh] + ([reused.shape[1]] if reused is not None else [])
@@ -231,10 +241,22 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
         man.update(side.manifest)
         extra_stats, write_extra = side.stats, side.write
     version = publish_index(index_root, index, chunks, man, vectors, write_extra=write_extra)
-    shutil.rmtree(staging, ignore_errors=True)
+    if not keep_staging:
+        shutil.rmtree(staging, ignore_errors=True)
     return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
             "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
             "size": int(index.ntotal), **extra_stats}
+
+
+def _verified(record: dict) -> Path:
+    """The part file of ``record`` after checking its sha256 (:class:`storage.mapped.StalePlanError` if not)."""
+    from storage.hashing import file_sha256
+    from storage.mapped import StalePlanError
+
+    path = Path(record["path"])
+    if not path.is_file() or file_sha256(path) != record["sha256"]:
+        raise StalePlanError(f"embedding part {path} is missing or changed since its part ran")
+    return path
 
 
 def staging_dir(index_root: str | os.PathLike) -> Path:

@@ -9,47 +9,60 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from retrieval.contracts import EVALUATE, INDEX
+from retrieval.query import QueryLimits, check_query
+from storage.mapped import StalePlanError
 from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.encoders import BertEncoder, Encoder, RetrievalInfo, checkpoint_type  # noqa: F401  (public API)
 from retrieval.hybrid import FusionConfig, fuse, mine_queries
 from retrieval.index import IndexConfig, embed_staged, load_index, publish_staged, stage_refresh, staging_dir
 from retrieval.pinning import EncoderMismatchError, model_id, pin_encoder, verify_encoder
 from retrieval.sparse import SparseConfig, SparseIndex, make_tokenizer, top_rows
-from storage import code_version, file_sha256, json_sha256, manifest_fingerprint, read_table
+from storage import file_sha256, json_sha256, manifest_fingerprint, read_manifest, read_table
 
-RETRIEVAL_PACKAGES = ("retrieval", "model", "storage")
 
 
 def _inputs_key(clean_dir, ckpt_dir, cfg: ChunkConfig, index_cfg: IndexConfig) -> str:
     return json_sha256([manifest_fingerprint(clean_dir), model_id(ckpt_dir), asdict(cfg), asdict(index_cfg)])
 
 
-def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig()) -> dict:
-    """Chunk ``documents_clean`` and stage a refresh plan (which chunks to embed) under ``index/.staging``."""
-    docs = read_table(clean_dir, ["doc_id", "text", "title", "source", "url"])
+def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
+                     staging: str | os.PathLike | None = None) -> dict:
+    """Chunk ``documents_clean`` and stage a refresh plan (which chunks to embed) in ``staging`` (default
+    ``index/.staging``). Chunks carry the documents' ``external_id`` when the table has one."""
+    columns = ["doc_id", "text", "title", "source", "url"]
+    if "external_id" in read_manifest(clean_dir)["columns"]:
+        columns.append("external_id")
+    docs = read_table(clean_dir, columns)
     chunks = build_chunks(docs, cfg)
-    plan = stage_refresh(index_root, chunks, model_id(ckpt_dir), index_cfg, staging_dir(index_root),
+    plan = stage_refresh(index_root, chunks, model_id(ckpt_dir), index_cfg, staging or staging_dir(index_root),
                          extra={"inputs_key": _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)})
     return {"chunks": int(len(chunks)), "to_embed": len(plan["todo"]), "reused": len(plan["reuse_rows"])}
 
 
 def index_embed_part_stage(ckpt_dir, index_root, part: int, n_parts: int, batch_size: int = 64,
-                           device: str = "auto", on_progress=None) -> int:
-    """Embed one of ``n_parts`` slices of the staged chunks (mapped over parts; GPU when present).
+                           device: str = "auto", on_progress=None, *, staging: str | os.PathLike | None = None,
+                           out_file: str | os.PathLike | None = None) -> int:
+    """Embed one of ``n_parts`` slices of the chunks planned in ``staging`` (default ``index/.staging``) into
+    ``out_file`` (default: beside the plan); mapped over parts, GPU when present. Returns rows embedded.
     Without a staged plan it does nothing: the publish step plans and embeds what is missing."""
-    if not (staging_dir(index_root) / "plan.json").is_file():
+    staging = Path(staging or staging_dir(index_root))
+    if not (staging / "plan.json").is_file():
         return 0
     encoder = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
     encoder.on_progress = on_progress
-    return embed_staged(staging_dir(index_root), encoder, part, n_parts)
+    return embed_staged(staging, encoder, part, n_parts, out_file=out_file)
 
 
 def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
-                        tokenizer=None) -> dict:
-    """Publish the staged refresh as ``index/vN`` (re-planning if the staging is missing or stale, embedding
-    any part that is not staged) and switch ``index/CURRENT``.
+                        tokenizer=None, staging: str | os.PathLike | None = None,
+                        parts: list[dict] | None = None) -> dict:
+    """Publish the refresh staged in ``staging`` (default ``index/.staging``, re-planned if missing or stale;
+    with an explicit ``staging`` it is kept for the cache) as ``index/vN`` and switch ``index/CURRENT``.
+    ``parts``: the embedded parts' records (``path``, ``sha256``) in part order (mapped embedding); without
+    them any part not staged is embedded here.
 
     The version pins its encoder (a copy under ``index/models/<model_id>/``, ``encoder_dir`` in the
     manifest) and, unless ``sparse`` is None, holds the BM25 side (``sparse/``) and the hybrid weights
@@ -59,15 +72,19 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     Raises:
         retrieval.pinning.EncoderMismatchError: the checkpoint changed after the plan was made.
     """
-    plan_path = staging_dir(index_root) / "plan.json"
+    keep = staging is not None
+    staging = Path(staging or staging_dir(index_root))
+    plan_path = staging / "plan.json"
     key = _inputs_key(clean_dir, ckpt_dir, cfg, index_cfg)
     if not plan_path.is_file() or json.loads(plan_path.read_text()).get("inputs_key") != key:
-        index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg)
+        if parts is not None:
+            raise StalePlanError(f"the index plan in {staging} is missing or stale: re-run the index plan")
+        index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, staging=staging)
     planned_id = json.loads(plan_path.read_text())["model_id"]
     encoder_dir = pin_encoder(index_root, ckpt_dir, planned_id)
     pinned = Path(index_root) / encoder_dir
     info = RetrievalInfo.load(pinned, checkpoint_type(pinned))
-    manifest = {"config": asdict(cfg), "code_version": code_version(RETRIEVAL_PACKAGES),
+    manifest = {"config": asdict(cfg), "code_version": INDEX.code_version(),
                 "model_dir": os.path.relpath(Path(ckpt_dir).resolve(), Path(index_root).resolve()),
                 "encoder_dir": encoder_dir, "retrieval": asdict(info),
                 "metric": "inner_product", "inputs": {"documents_clean": manifest_fingerprint(clean_dir)}}
@@ -78,7 +95,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
         kw = dict(sparse=sparse, fusion_queries=mine_queries(docs, fusion), fusion=fusion,
                   tokenizer=(lambda: tokenizer) if tokenizer else None,
                   query_embed_factory=lambda: factory().queries)
-    stats = publish_staged(index_root, staging_dir(index_root), n_parts, factory, manifest, **kw)
+    stats = publish_staged(index_root, staging, n_parts, factory, manifest, parts=parts, keep_staging=keep, **kw)
     chunks = pd.read_parquet(Path(index_root) / stats["version"] / "chunks.parquet", columns=["doc_id"])
     return {**stats, "chunks": int(len(chunks)), "documents": int(chunks["doc_id"].nunique())}
 
@@ -124,7 +141,8 @@ def _legacy_model_id(ckpt_dir) -> str:
 class Retriever:
     """One index version (default: the serving one) with its pinned encoder and its sparse side,
     loaded once for many queries. ``tokenizer``: an already loaded ``make_tokenizer(...)`` result to
-    share between retrievers (checked against the version's segmenter).
+    share between retrievers (checked against the version's segmenter). ``limits``: the largest ``k`` and the
+    longest query a search accepts.
 
     Raises (at construction):
         FileNotFoundError: no index published.
@@ -134,8 +152,9 @@ class Retriever:
     """
 
     def __init__(self, index_root: str | os.PathLike, version: str | None = None, device: str = "auto",
-                 batch_size: int = 64, tokenizer=None):
+                 batch_size: int = 64, tokenizer=None, limits: QueryLimits = QueryLimits()):
         root = Path(index_root)
+        self.limits = limits
         self.index, self.chunks, self.manifest = load_index(root, version)
         vdir = root / self.manifest["version"]
         enc_dir = encoder_dir_of(root, self.manifest)
@@ -182,8 +201,11 @@ class Retriever:
         sparse side answers ``dense``.
 
         Raises:
+            retrieval.query.QueryError: an empty or whitespace query, one longer than ``limits.max_chars``, or
+                ``k`` outside 1..``limits.max_k`` (:class:`~retrieval.query.QueryLimits`).
             ValueError: unknown mode, or ``sparse`` on a version without a sparse side.
         """
+        query = check_query(query, k, self.limits)
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (one of {MODES})")
         if self.sparse is None:
@@ -298,6 +320,6 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
         table = pd.concat([table, pd.DataFrame(rows)], ignore_index=True)
         extra["fusion_w_dense"] = manifest["fusion"]["w_dense"]
     write_table(table, out_dir, name="retrieval_eval", config={"segmenter": segmenter, "seed": seed},
-                code_version=code_version(RETRIEVAL_PACKAGES), inputs={"index": f"{version}:{manifest['model_id']}"},
+                code_version=EVALUATE.code_version(), inputs={"index": f"{version}:{manifest['model_id']}"},
                 stats={**extra, "queries": int(len(queries)), "index_version": version})
     return {"table": table.to_dict("records"), **extra, "queries": int(len(queries))}

@@ -26,7 +26,7 @@ from retrieval import stages as rstages
 from retrieval.chunks import ChunkConfig
 from retrieval.index import IndexConfig
 from storage import layout as L
-from storage.mapped import part_file, prune_parts
+from storage.mapped import part_file, part_record, prune_parts
 from tasks.caching import current_key, jsonable, parts_dir, stage_task
 from tasks.progress import crawl_rate_limit, progress_artifact
 
@@ -149,29 +149,41 @@ def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = No
     return {k: m[k] for k in ("dev", "test", "majority_test", "baselines", "best_step", "train")}
 
 
-@stage_task(R.INDEX_PLAN)
+@stage_task(R.INDEX_PLAN, part="")
 def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
-    """Chunk the cleaned corpus and stage which chunks need embedding (the rest reuse stored vectors)."""
+    """Chunk the cleaned corpus and plan the refresh (which chunks to embed, which reuse stored vectors) in a
+    staging folder named by this task's cache key; the plan (with that folder) is passed to the parts."""
     p = _paths(R.INDEX_PLAN, data_dir)
-    return rstages.index_plan_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg)
+    staging = part_file(parts_dir(data_dir, R.INDEX_PLAN), current_key(), "")
+    out = rstages.index_plan_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, staging=staging)
+    return {**out, "staging": str(staging.relative_to(data_dir))}
 
 
-@stage_task(R.EMBED_PART, **GPU)
-def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: int = 64) -> int:
-    """Embed one slice of the staged chunks (mapped over parts)."""
+@stage_task(R.EMBED_PART, part=".npz", **GPU)
+def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: int = 64) -> dict:
+    """Embed slice ``part`` of the planned chunks into a part file named by this task's cache key (mapped);
+    returns its record (path relative to ``data_dir``, sha256, rows)."""
     p = _paths(R.EMBED_PART, data_dir)
-    return rstages.index_embed_part_stage(
-        p[R.ENCODER], p["index"], part, n_parts, batch_size,
+    out = part_file(parts_dir(data_dir, R.EMBED_PART), current_key(), ".npz")
+    rows = rstages.index_embed_part_stage(
+        p[R.ENCODER], p["index"], part, n_parts, batch_size, staging=Path(data_dir) / plan["staging"], out_file=out,
         on_progress=progress_artifact(f"embedding-progress-{part}", f"chunk windows embedded, part {part}"))
+    return {**part_record(out), "path": str(out.relative_to(data_dir)), "rows": rows, "part": part}
 
 
 @stage_task(R.INDEX, **GPU)
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1,
-          parts: list | None = None) -> dict:
-    """Publish the staged refresh as ``index/vN`` and switch ``index/CURRENT`` (only new/changed chunks embedded)."""
+          plan: dict | None = None, parts: list[dict] | None = None) -> dict:
+    """Publish the planned refresh with the embedded ``parts`` as ``index/vN`` and switch ``index/CURRENT``
+    (only new/changed chunks embedded); plans and parts of earlier refreshes are pruned."""
     p = _paths(R.INDEX, data_dir)
-    return rstages.index_publish_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, n_parts,
-                                       batch_size)
+    staging = Path(data_dir) / plan["staging"]
+    parts = [{**r, "path": str(Path(data_dir) / r["path"])} for r in parts or []]
+    out = rstages.index_publish_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, n_parts,
+                                      batch_size, staging=staging, parts=parts)
+    prune_parts(parts_dir(data_dir, R.INDEX_PLAN), [{"path": str(staging)}])
+    prune_parts(parts_dir(data_dir, R.EMBED_PART), parts)
+    return out
 
 
 @stage_task(R.EVALUATE)

@@ -74,3 +74,21 @@ def test_cli_names_a_mapping_that_finds_no_text(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.strip().startswith("error:") and "'body'" in res.stderr
     assert not (tmp_path / "d" / "documents").exists()
+
+
+def test_external_id_reaches_every_chunk_and_search_hit(tmp_path):
+    """Documents with an external id (as a JSON Lines import gives them) keep it through chunking and
+    the index into each search hit."""
+    from retrieval.chunks import ChunkConfig
+    from retrieval.stages import Retriever, index_stage
+    from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
+
+    docs = policy_docs()
+    docs["external_id"] = [f"ext-{i}" for i in range(len(docs))]
+    clean = write_clean(docs, tmp_path / "documents_clean")
+    ckpt = save_tiny_policybert(tmp_path / "ckpt", seed=0)
+    index_stage(clean, ckpt, tmp_path / "index", ChunkConfig(max_chars=200, overlap=40), sparse=None)
+    hits = Retriever(tmp_path / "index").search("乡村振兴", k=5, mode="dense")
+    assert len(hits) == 5
+    by_doc = dict(zip(docs["doc_id"], docs["external_id"]))
+    assert all(h["external_id"] == by_doc[h["doc_id"]] for h in hits)

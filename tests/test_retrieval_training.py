@@ -30,7 +30,6 @@ def test_hard_negatives_skip_the_positive_document():
     assert all(docs[h] != docs[i] for i in range(30) for h in hard[i])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["policybert", "bert"])
 def test_retrieval_training_learns_and_the_index_serves_it(tmp_path, kind):
     from retrieval.pinning import model_id
