@@ -26,10 +26,17 @@ def build_summary(profile: str, results: dict) -> dict:
     }
 
 
+def _f(value, spec: str = ".3f") -> str:
+    """``value`` formatted, or ``n/a`` when a tiny corpus left it undefined (no held-out documents, an empty split)."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def format_summary(s: dict) -> str:
-    """Human-readable multi-line rendering of :func:`build_summary`'s dict."""
-    h = s["pretrain_heldout"]
+    """Human-readable multi-line rendering of :func:`build_summary`'s dict (figures a tiny corpus leaves
+    undefined print as ``n/a``)."""
+    h = s["pretrain_heldout"] or {}
     f = s["finetune_policysm1"]
+    dev, test = f.get("dev") or {}, f.get("test") or {}
     lines = [
         f"== policy-pipeline summary (profile {s['profile']}) ==",
         f"documents: {s['documents_in']} in -> {s['documents_out']} out; rejects {s['rejects_by_reason']}",
@@ -42,10 +49,10 @@ def format_summary(s: dict) -> str:
         lines.append(f"{name}: " + "; ".join(f"{sp} pos {v.get('1', 0)} neg {v.get('0', 0)}" for sp, v in per.items())
                      + f"; {probe}")
     lines += [
-        f"pretrain (held-out docs): MLM loss {h['mlm_loss']:.3f}, MLM acc {h['mlm_accuracy']:.3f}, "
-        f"perplexity {h['perplexity']:.1f}, NSP acc {h['nsp_accuracy']:.3f}",
-        f"finetune PolicySM-1: dev acc {f['dev']['accuracy']:.3f} F1 {f['dev']['f1']:.3f}; "
-        f"test acc {f['test']['accuracy']:.3f} F1 {f['test']['f1']:.3f} (majority {f['majority_test']:.3f})",
+        f"pretrain (held-out docs): MLM loss {_f(h.get('mlm_loss'))}, MLM acc {_f(h.get('mlm_accuracy'))}, "
+        f"perplexity {_f(h.get('perplexity'), '.1f')}, NSP acc {_f(h.get('nsp_accuracy'))}",
+        f"finetune PolicySM-1: dev acc {_f(dev.get('accuracy'))} F1 {_f(dev.get('f1'))}; "
+        f"test acc {_f(test.get('accuracy'))} F1 {_f(test.get('f1'))} (majority {_f(f.get('majority_test'))})",
         f"index {s['index']['version']}: {s['index']['chunks']} chunks from {s['index']['documents']} documents "
         f"({s['index']['embedded']} embedded, {s['index']['reused']} reused, {s['index']['removed']} removed)",
         "retrieval (title/citation -> document): "

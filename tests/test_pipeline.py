@@ -312,3 +312,22 @@ def test_dask_runner_gives_byte_identical_outputs(real_slice, tmp_path):
             [s["sha256"] for s in read_manifest(b / table)["shards"]], table
     assert (a / L.INDEX / "v1" / "chunks.parquet").read_bytes() == (b / L.INDEX / "v1" / "chunks.parquet").read_bytes()
     assert np.array_equal(np.load(a / L.INDEX / "v1" / "embeddings.npy"), np.load(b / L.INDEX / "v1" / "embeddings.npy"))
+
+
+@pytest.mark.slow
+def test_one_document_corpus_runs_end_to_end(prefect_harness, real_slice, tmp_path):
+    """A corpus of one document (every pair in train: empty dev/test splits, no held-out documents for
+    pretraining) still runs every stage and writes its summary."""
+    import csv
+
+    from flows.pipeline import policy_pipeline
+
+    csv.field_size_limit(sys.maxsize)
+    with open(real_slice, encoding="utf-8", newline="") as fh:
+        first = list(csv.DictReader(fh))[:1]
+    src = write_corpus(tmp_path / "one.csv", first)
+    state = policy_pipeline(str(src), str(tmp_path / "data"), "tiny", return_state=True)
+    assert state.is_completed(), state
+    summary = json.loads((tmp_path / "data" / L.SUMMARY).read_text())
+    assert summary["documents_out"] == 1 and summary["pretrain_heldout"] is None
+    assert set(read_table(tmp_path / "data" / L.POLICYSM1)["split"]) == {"train"}

@@ -1,0 +1,16 @@
+"""flows/summary.py: the run summary of a corpus too small for held-out documents or test pairs."""
+from flows.summary import format_summary
+
+
+def test_summary_of_a_tiny_corpus_prints_n_a_instead_of_crashing():
+    s = {"profile": "tiny", "documents_in": 1, "documents_out": 1, "rejects_by_reason": {}, "sentences": 40,
+         "segmenter": {"backend": "hanlp-dict", "model_id": "x"}, "vocab_size": 12, "sentence_coverage": 0.5,
+         "pairs": {"policysm1": {"train": {"1": 10, "0": 10}}},
+         "probe": {"policysm1": {"accuracy": None, "majority": None}},
+         "pretrain_heldout": None,
+         "finetune_policysm1": {"dev": {"accuracy": 0.0, "f1": 0.0, "examples": 0}, "test": None,
+                                "majority_test": None},
+         "index": {"version": "v1", "chunks": 3, "documents": 1, "embedded": 3, "reused": 0, "removed": 0},
+         "retrieval_eval": [], "sample_query": []}
+    text = format_summary(s)
+    assert "MLM loss n/a" in text and "(majority n/a)" in text and "probe n/a" in text
