@@ -3,7 +3,7 @@
 Plain library: never imports prefect.
 """
 from storage.atomic import atomic_path, atomic_write_bytes, atomic_write_text, check_writable_dir
-from storage.hashing import code_version, file_sha256, json_sha256, text_sha256
+from storage.hashing import file_sha256, json_sha256, text_sha256
 from storage.tables import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -23,7 +23,6 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "check_writable_dir",
-    "code_version",
     "file_sha256",
     "json_sha256",
     "manifest_fingerprint",
