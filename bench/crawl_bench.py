@@ -1,9 +1,16 @@
-"""Crawl benchmark (issue: crawler), in one run against real local servers:
-61 hosts (127.0.0.2 … 127.0.0.62) x 20 pages each at the default politeness (1 request/s/host),
-wall time against the per-host bound (20 pages + robots.txt -> ~20 s), then extraction throughput
-(pages/s) on the archived pages, offline.
+"""Crawl benchmarks against real local servers (61 hosts: 127.0.0.2 … 127.0.0.62).
 
-    python bench/crawl_bench.py [--hosts 61] [--pages 20]
+Seeds (issue: crawler): 20 seed pages per host at the default politeness (1 request/s/host), wall time
+against the per-host bound (20 pages + robots.txt -> ~20 s), then extraction throughput (pages/s) on
+the archived pages, offline.
+
+Discovery (issue 15, ``--discovery``): each host is a TRS column of ``--listing-pages`` listing pages
+(``index.html``, ``index_1.html``…, ``createPageHTML``) of ``--docs-per-page`` documents each; the crawl
+discovers and fetches them all. Per-host politeness bound: (robots.txt + listing pages + documents) x
+delay; the ratio wall / bound is printed (target <= 1.2).
+
+    python bench/crawl_bench.py [--hosts 61] [--pages 20] [--delay 1.0]
+    python bench/crawl_bench.py --discovery [--hosts 61] [--listing-pages 5] [--docs-per-page 20] [--delay 1.0]
 """
 from __future__ import annotations
 
@@ -19,16 +26,53 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler.archive import CrawlState, RawArchive  # noqa: E402
 from crawler.crawl import CrawlConfig, crawl, documents_from_archive  # noqa: E402
 from crawler.fetch import FetchConfig  # noqa: E402
-from crawler.registry import Source  # noqa: E402
+from crawler.registry import DiscoveryEntry, Source  # noqa: E402
 from tests.builders import gov_page  # noqa: E402
+from tests.discovery_hosts import Catalog, trs_path, trs_routes  # noqa: E402
 from tests.http_hosts import hosts, send  # noqa: E402
+
+
+def discovery_bench(args) -> None:
+    """Discovery over TRS listings on ``args.hosts`` hosts; prints wall time against the politeness bound."""
+    per_page, n_pages = args.docs_per_page, args.listing_pages
+    cats = [Catalog.of(per_page * n_pages, trs_path) for _ in range(args.hosts)]
+    d = Path(tempfile.mkdtemp(prefix="bench-discovery-"))
+    try:
+        with hosts(*(trs_routes(c, per_page=per_page) for c in cats)) as hs:
+            sources = [Source(name=f"host{i}", id=f"h{i}", hosts=(h.netloc,), allow_private_addresses=True,
+                              discovery=(DiscoveryEntry("trs", h.url("/xxgk/tz/index.html")),))
+                       for i, h in enumerate(hs)]
+            state, archive = CrawlState(d / "state.sqlite"), RawArchive(d)
+            cfg = CrawlConfig(fetch=FetchConfig(delay=args.delay), max_hosts=args.hosts)
+            t = time.perf_counter()
+            counts = crawl(sources, state, archive, cfg)
+            wall = time.perf_counter() - t
+            requests = sum(sum(h.hits.values()) for h in hs)
+        state.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    per_host = 1 + n_pages + per_page * n_pages
+    bound = per_host * args.delay
+    print(f"discovery: {args.hosts} hosts x {n_pages} TRS listing pages x {per_page} documents "
+          f"at delay {args.delay} s: discovered {counts['discovered']}, listing pages {counts['listing_pages']}, "
+          f"fetched {counts['fetched']}, "
+          f"failed {counts['failed']}; {requests} requests served")
+    print(f"discovery wall {wall:.1f} s; per-host politeness bound ({per_host} requests x {args.delay} s) "
+          f"{bound:.1f} s; ratio {wall / bound:.2f} (target <= 1.2); sequential would take {bound * args.hosts:.0f} s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, default=61)
     ap.add_argument("--pages", type=int, default=20)
+    ap.add_argument("--delay", type=float, default=1.0, help="politeness delay between requests to a host (s)")
+    ap.add_argument("--discovery", action="store_true", help="run the discovery bench instead of the seeds bench")
+    ap.add_argument("--listing-pages", type=int, default=5)
+    ap.add_argument("--docs-per-page", type=int, default=20)
     args = ap.parse_args()
+    if args.discovery:
+        discovery_bench(args)
+        return
     route_maps = []
     for k in range(args.hosts):
         routes = {"/robots.txt": lambda h: send(h, 200, b"User-agent: *\nAllow: /\n", "text/plain")}
@@ -42,7 +86,7 @@ def main() -> None:
             sources = [Source(name=f"host{i}", id=f"h{i}", hosts=(h.netloc,), allow_private_addresses=True,
                               seeds=tuple(h.url(f"/doc/{j}.html") for j in range(args.pages))) for i, h in enumerate(hs)]
             state, archive = CrawlState(d / "state.sqlite"), RawArchive(d)
-            cfg = CrawlConfig(fetch=FetchConfig(), max_hosts=args.hosts)
+            cfg = CrawlConfig(fetch=FetchConfig(delay=args.delay), max_hosts=args.hosts)
             t = time.perf_counter()
             counts = crawl(sources, state, archive, cfg)
             wall = time.perf_counter() - t

@@ -6,7 +6,10 @@
   ETag / Last-Modified, fetched_at, error), committed after every fetch, so a killed crawl resumes
   without refetching what it has; exported as a Parquet index beside the archive. It also records
   extraction failures by body sha256 (and extractor version), so a body that failed is not
-  extracted again until its bytes (or the extractor) change.
+  extracted again until its bytes (or the extractor) change. ``kind`` tells a ``document`` fetch
+  from a ``listing`` fetch (listing pages, sitemaps, feeds, robots.txt read for discovery); state
+  files written before the column existed gain it on open (their rows read None: documents, or
+  the legacy ``listings`` of the registry).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import pandas as pd
 from storage.atomic import atomic_write_bytes
 
 COLUMNS = ("url", "source_id", "status", "final_url", "raw_sha256", "content_type", "etag", "last_modified",
-           "fetched_at", "error", "detail", "attempts", "bytes")
+           "fetched_at", "error", "detail", "attempts", "bytes", "kind")
+KINDS = ("document", "listing")
 
 
 class RawArchive:
@@ -56,6 +60,10 @@ class CrawlState:
         self._lock = threading.Lock()
         cols = ", ".join(f"{c} {'TEXT PRIMARY KEY' if c == 'url' else ''}" for c in COLUMNS)
         self._db.execute(f"CREATE TABLE IF NOT EXISTS pages ({cols})")
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(pages)")}
+        for c in COLUMNS:
+            if c not in have:  # a state file from an older version: add the column (rows read None)
+                self._db.execute(f"ALTER TABLE pages ADD COLUMN {c}")
         self._db.execute("CREATE TABLE IF NOT EXISTS extraction_failures (raw_sha256 TEXT PRIMARY KEY, "
                          "extractor TEXT, reason TEXT, detail TEXT)")
 
@@ -65,7 +73,8 @@ class CrawlState:
         return dict(zip(COLUMNS, row)) if row else None
 
     def put(self, record: dict) -> None:
-        """Insert or replace the record of ``record['url']`` (committed at once)."""
+        """Insert or replace the record of ``record['url']`` (committed at once); ``kind`` is one of
+        :data:`KINDS` or None (read as ``document``)."""
         values = [record.get(c) for c in COLUMNS]
         with self._lock:
             self._db.execute(f"INSERT OR REPLACE INTO pages ({', '.join(COLUMNS)}) VALUES "

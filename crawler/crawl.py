@@ -2,138 +2,270 @@
 
 Each host gets one worker thread (so requests to one host are sequential and spaced by the
 fetcher's delay) and hosts run in parallel. A URL already fetched successfully is not fetched
-again unless ``refresh`` is set, and then with a conditional GET. Listing pages add the links
-that match their source's ``link_pattern``. Extraction runs from the archive, with no network, in
-bounded worker processes (:mod:`crawler.sandbox`); a body that failed is recorded by its sha256 and
-not extracted again until it changes.
+again unless ``refresh`` is set, and then with a conditional GET. Each source's discovery entries
+(:mod:`crawler.discovery`: paged listings, sitemaps, feeds) add document URLs; listing fetches are
+recorded with ``kind="listing"`` in the crawl state, documents with ``kind="document"``.
+Extraction runs from the archive, with no network, in bounded worker processes
+(:mod:`crawler.sandbox`); a body that failed is recorded by its sha256 and not extracted again
+until it changes.
 """
 from __future__ import annotations
 
 import contextlib
-import re
+import dataclasses
+import logging
 import threading
 from collections import defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import pandas as pd
-from bs4 import BeautifulSoup
 
 from crawler.archive import CrawlState, RawArchive
+from crawler.discovery import DiscoveryConfig, Page, discover
 from crawler.extract import ExtractConfig
 from crawler.fetch import FetchConfig, Fetcher
-from crawler.registry import Source
+from crawler.registry import ROBOTS, DiscoveryEntry, Source
 from crawler.sandbox import ExtractionPool, SandboxError, extractor_version
 from crawler.textsafe import strip_controls
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class CrawlConfig:
-    """fetch: politeness and fetch bounds; extract: extraction bounds; max_hosts: hosts crawled in
-    parallel; refresh: re-check pages already fetched (conditional GET); max_links_per_listing: cap
-    on links taken from one listing."""
+    """fetch: politeness and fetch bounds; extract: extraction bounds; discovery: bounds of discovery
+    (pages per entry, links per page, see :class:`~crawler.discovery.DiscoveryConfig`); max_hosts:
+    hosts crawled in parallel; refresh: re-check documents already fetched (conditional GET)."""
 
     fetch: FetchConfig = field(default_factory=FetchConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
     max_hosts: int = 32
     refresh: bool = False
-    max_links_per_listing: int = 200
 
 
-def _links(body: bytes, base: str, pattern: str | None, limit: int) -> list[str]:
-    if not pattern:
-        return []
-    rx = re.compile(pattern)
-    soup = BeautifulSoup(body, "lxml")
-    out = []
-    for a in soup.find_all("a", href=True):
-        u = urljoin(base, a["href"])
-        if rx.search(u) and u not in out:
-            out.append(u)
-    return out[:limit]
+@dataclass(frozen=True)
+class _Job:
+    """A document URL to fetch, or (``entry`` set) a discovery entry to walk."""
+
+    url: str
+    source: Source
+    entry: DiscoveryEntry | None = None
+
+
+def entry_netloc(entry: DiscoveryEntry, source: Source) -> str:
+    """The host (netloc) whose worker walks ``entry``: its URL's, the source's first host for ``robots``."""
+    return source.hosts[0] if entry.url == ROBOTS else urlsplit(entry.url).netloc
+
+
+def _record(url: str, src: Source, res, archive: RawArchive, kind: str) -> dict:
+    """The crawl-state record of one fetch result (body archived when it succeeded)."""
+    rec = {"url": url, "source_id": src.id, "status": res.status, "final_url": res.final_url, "kind": kind,
+           "fetched_at": res.fetched_at, "error": res.error, "detail": res.detail, "attempts": res.attempts}
+    if res.ok:
+        rec.update(raw_sha256=archive.put(res.body), content_type=res.headers.get("Content-Type"),
+                   etag=res.headers.get("ETag"), last_modified=res.headers.get("Last-Modified"), bytes=len(res.body))
+    return rec
+
+
+def _unasked_304(res):
+    """A 304 to a request that sent no validators is a failure (``http_304``), not a page."""
+    return dataclasses.replace(res, error="http_304", detail="304 to an unconditional request") \
+        if res.not_modified else res
+
+
+_PER_SOURCE = ("fetched", "not_modified", "skipped", "failed", "discovered", "discovered_new", "listing_pages")
+
+
+class _Counts:
+    """The crawl's counts (see :func:`crawl`); thread-safe."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.c: dict = {"fetched": 0, "not_modified": 0, "skipped": 0, "failed": defaultdict(int), "discovered": 0,
+                        "done": 0, "discovered_by_kind": defaultdict(int), "discovered_new": 0, "listing_pages": 0,
+                        "known_stop": 0, "since_stop": 0, "since_skipped": 0, "off_host": 0,
+                        "by_source": defaultdict(lambda: dict.fromkeys(_PER_SOURCE, 0))}
+
+    def add(self, key: str, n: int = 1, src: Source | None = None, sub: str | None = None) -> int:
+        """Add ``n`` to ``key`` (to ``key[sub]`` for a dict-valued key) and to the source's row; the new total."""
+        with self.lock:
+            if sub is None:
+                self.c[key] += n
+            else:
+                self.c[key][sub] += n
+            if src is not None and key in _PER_SOURCE:
+                self.c["by_source"][src.id][key] += n
+            return self.c[key] if sub is None else self.c[key][sub]
+
+    def result(self, hosts: int) -> dict:
+        out = dict(self.c)
+        for k in ("failed", "discovered_by_kind"):
+            out[k] = dict(out[k])
+        out["by_source"] = {k: dict(v) for k, v in out["by_source"].items()}
+        out["hosts"] = hosts
+        return out
+
+
+class _Crawl:
+    """One crawl run (see :func:`crawl`): per-host job queues, fetch of listings and documents."""
+
+    def __init__(self, sources, state, archive, cfg, on_progress, fetcher):
+        self.state, self.archive, self.cfg, self.on_progress, self.fetcher = state, archive, cfg, on_progress, fetcher
+        self.counts = _Counts()
+        self.lock = threading.Lock()
+        self.claimed: set[str] = set()               # document URLs taken by a worker in this run
+        self.found: dict[str, set[str]] = defaultdict(set)  # source id -> document URLs discovered
+        self.queues: dict[str, deque] = defaultdict(deque)
+        for s in sources:
+            for e in s.discovery:
+                self.queues[entry_netloc(e, s)].append(_Job(e.url, s, e))
+            for u in s.seeds:
+                self.queues[urlsplit(u).netloc].append(_Job(u, s))
+        self.total = sum(len(q) for q in self.queues.values())
+
+    def known(self, url: str) -> bool:
+        """True if ``url`` was fetched successfully before as a document."""
+        r = self.state.get(url)
+        return r is not None and r["error"] is None and r.get("kind") != "listing"
+
+    def _progress(self) -> None:
+        done = self.counts.add("done")
+        if self.on_progress is not None:
+            self.on_progress(done, self.total)
+
+    def fetch_listing(self, url: str, src: Source) -> Page | None:
+        """Fetch a listing/sitemap/feed/robots page (always, conditionally when it was fetched before);
+        recorded in the state as ``kind="listing"``. None if it failed (reason counted and recorded)."""
+        old = self.state.get(url)
+        usable = bool(old and old["error"] is None and old["raw_sha256"] and old.get("kind") == "listing")
+        res = self.fetcher.fetch(url, {"etag": old["etag"], "last_modified": old["last_modified"]} if usable else None)
+        if res.not_modified and usable:
+            with contextlib.suppress(FileNotFoundError):
+                body = self.archive.get(old["raw_sha256"])
+                self.state.put({**old, "fetched_at": res.fetched_at, "status": 304})
+                self.counts.add("not_modified", src=src)
+                self.counts.add("listing_pages", src=src)
+                return Page(old["final_url"] or url, body, old["content_type"])
+            res = self.fetcher.fetch(url)
+        res = _unasked_304(res)
+        self.state.put(_record(url, src, res, self.archive, "listing"))
+        if not res.ok:
+            self.counts.add("failed", src=src, sub=res.error)
+            return None
+        self.counts.add("fetched", src=src)
+        self.counts.add("listing_pages", src=src)
+        return Page(res.final_url or url, res.body, res.headers.get("Content-Type"))
+
+    def fetch_document(self, url: str, src: Source) -> None:
+        """Fetch one document URL unless it was fetched before (then only on ``refresh``, conditionally)."""
+        old = self.state.get(url)
+        was_ok = bool(old and old["error"] is None and old.get("kind") != "listing")
+        if was_ok and not self.cfg.refresh:
+            self.counts.add("skipped", src=src)
+            return
+        res = self.fetcher.fetch(url, {"etag": old["etag"], "last_modified": old["last_modified"]} if was_ok else None)
+        if res.not_modified and was_ok:
+            self.counts.add("not_modified", src=src)
+            self.state.put({**old, "fetched_at": res.fetched_at, "status": 304, "kind": "document"})
+            return
+        res = _unasked_304(res)
+        self.counts.add("fetched" if res.ok else "failed", src=src, sub=None if res.ok else res.error)
+        self.state.put(_record(url, src, res, self.archive, "document"))
+
+    def discover(self, job: _Job) -> list[str]:
+        """Walk one discovery entry; the document URLs it found (known ones included: they count as skipped)."""
+        src, entry = job.source, job.entry
+        try:
+            d = discover(entry, src, lambda u: self.fetch_listing(u, src), self.known, self.cfg.discovery)
+        except Exception as exc:  # noqa: BLE001 - a parser bug on one hostile page must not stop the other sources
+            log.exception("discovery of %s (%s) failed", entry.url, src.id)
+            self.counts.add("failed", src=src, sub="discovery_error")
+            self.state.put({"url": entry.url, "source_id": src.id, "kind": "listing", "error": "discovery_error",
+                            "detail": f"{type(exc).__name__}: {exc}"[:500], "attempts": 0})
+            return []
+        with self.lock:
+            fresh = [f for f in d.found if f.url not in self.found[src.id]]
+            self.found[src.id].update(f.url for f in fresh)
+        self.counts.add("discovered", len(fresh), src=src)
+        self.counts.add("discovered_new", sum(1 for f in fresh if not f.known), src=src)
+        self.counts.add("discovered_by_kind", len(d.found), sub=entry.kind)
+        for key, n in (("known_stop", d.stop == "known"), ("since_stop", d.stop == "since"),
+                       ("since_skipped", d.since_skipped), ("off_host", d.off_host)):
+            self.counts.add(key, int(n))
+        log.info("discovery %s %s: %d pages, %d found (%d new), stop=%s", entry.kind, entry.url, d.pages,
+                 len(d.found), sum(1 for f in d.found if not f.known), d.stop)
+        return [f.url for f in fresh]
+
+    def work(self, queue: deque) -> None:
+        """One host's worker: walk its discovery entries, fetch its documents and the ones they found."""
+        while queue:
+            job = queue.popleft()
+            self._progress()
+            if job.entry is not None:
+                urls = self.discover(job)
+                with self.lock:
+                    self.total += len(urls)
+                queue.extend(_Job(u, job.source) for u in urls)
+                continue
+            with self.lock:
+                if job.url in self.claimed:
+                    continue
+                self.claimed.add(job.url)
+            self.fetch_document(job.url, job.source)
+
+    def run(self) -> dict:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.cfg.max_hosts, len(self.queues)))) as pool:
+            list(pool.map(self.work, self.queues.values()))
+        return self.counts.result(len(self.queues))
 
 
 def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: CrawlConfig = CrawlConfig(),
-          on_progress=None, before_request=None) -> dict:
-    """Fetch every seed and listing-discovered URL of ``sources`` into ``archive`` and ``state``.
+          on_progress=None, before_request=None, *, fetcher: Fetcher | None = None) -> dict:
+    """Discover and fetch the documents of ``sources`` into ``archive`` and ``state``.
 
-    ``on_progress(done, total)`` is called after every URL; ``before_request(netloc)`` before every
-    request (see :class:`~crawler.fetch.Fetcher`).
+    Each host's worker walks the discovery entries on that host (:func:`crawler.discovery.discover`:
+    listing pages, sitemaps, feeds; each fetch recorded in ``state`` with ``kind="listing"``), then
+    fetches the source's seeds and the discovered document URLs (``kind="document"``; a URL fetched
+    successfully before is skipped unless ``cfg.refresh``, then re-checked with a conditional GET).
+    ``on_progress(done, total)`` is called after every job (URL or discovery entry); ``before_request(netloc)``
+    before every request (see :class:`~crawler.fetch.Fetcher`). ``fetcher``: a Fetcher to share
+    between calls (its per-host politeness then spans them); by default one on the sources' hosts.
 
-    Returns counts: fetched, not_modified, skipped (already done), failed by reason, seconds per host.
+    Returns counts: ``fetched`` (documents and listing pages), ``not_modified``, ``skipped`` (fetched
+    before), ``failed`` (reason -> n, ``discovery_error`` for an entry whose walk raised), ``discovered``
+    (distinct document URLs discovery found, per source, summed), ``discovered_new`` (of them, not
+    fetched before), ``discovered_by_kind`` (kind -> URLs found), ``listing_pages`` (listing fetches that
+    gave a page), ``known_stop`` / ``since_stop`` (entries whose paging stopped at a page of known items
+    / items older than ``since``), ``since_skipped`` (items older than ``since``), ``off_host`` (links off
+    the source's hosts, dropped), ``by_source`` (source id -> fetched, not_modified, skipped, failed,
+    discovered, discovered_new, listing_pages), ``done`` (jobs), ``hosts``. Never raises for network
+    problems or bad pages.
     """
-    fetcher = Fetcher({h for s in sources for h in s.hosts}, cfg.fetch, before_request,
-                      allow_private=any(s.allow_private_addresses for s in sources))
-    by_host: dict[str, list[tuple[str, Source, bool]]] = defaultdict(list)
-    for s in sources:
-        for u in s.listings:
-            by_host[urlsplit(u).netloc].append((u, s, True))
-        for u in s.seeds:
-            by_host[urlsplit(u).netloc].append((u, s, False))
-    counts: dict = {"fetched": 0, "not_modified": 0, "skipped": 0, "failed": defaultdict(int), "discovered": 0,
-                    "done": 0}
-    total = [sum(len(q) for q in by_host.values())]
-    lock = threading.Lock()
+    if fetcher is None:
+        fetcher = Fetcher({h for s in sources for h in s.hosts}, cfg.fetch, before_request,
+                          allow_private=any(s.allow_private_addresses for s in sources))
+    return _Crawl(sources, state, archive, cfg, on_progress, fetcher).run()
 
-    def count(key: str, n: int = 1, reason: str | None = None) -> None:
-        with lock:
-            if reason is None:
-                counts[key] += n
-            else:
-                counts[key][reason] += n
 
-    def work(queue: list[tuple[str, Source, bool]]) -> None:
-        seen = set()
-        while queue:
-            url, src, is_listing = queue.pop(0)
-            count("done")
-            if on_progress is not None:
-                on_progress(counts["done"], total[0])
-            if url in seen:
-                continue
-            seen.add(url)
-            old = state.get(url)
-            if old and old["error"] is None and not cfg.refresh and not is_listing:
-                count("skipped")
-                continue
-            validators = ({"etag": old["etag"], "last_modified": old["last_modified"]}
-                          if old and old["error"] is None else None)
-            res = fetcher.fetch(url, validators)
-            if res.not_modified:
-                count("not_modified")
-                state.put({**old, "fetched_at": res.fetched_at, "status": 304})
-                continue
-            rec = {"url": url, "source_id": src.id, "status": res.status, "final_url": res.final_url,
-                   "fetched_at": res.fetched_at, "error": res.error, "detail": res.detail, "attempts": res.attempts}
-            if res.ok:
-                rec.update(raw_sha256=archive.put(res.body), content_type=res.headers.get("Content-Type"),
-                           etag=res.headers.get("ETag"), last_modified=res.headers.get("Last-Modified"),
-                           bytes=len(res.body))
-                count("fetched")
-                if is_listing:
-                    links = _links(res.body, res.final_url, src.link_pattern, cfg.max_links_per_listing)
-                    count("discovered", len(links))
-                    with lock:
-                        total[0] += len(links)
-                    queue.extend((u, src, False) for u in links)
-            else:
-                count("failed", reason=res.error)
-            state.put(rec)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(cfg.max_hosts, len(by_host)))) as pool:
-        list(pool.map(work, by_host.values()))
-    counts["failed"] = dict(counts["failed"])
-    counts["hosts"] = len(by_host)
-    return counts
+def _is_listing(r) -> bool:
+    """A crawl-state row of a listing page, sitemap, feed or robots.txt (not a document); state files written
+    before the ``kind`` column read it as missing."""
+    kind = getattr(r, "kind", None)
+    return isinstance(kind, str) and kind == "listing"
 
 
 def documents_from_archive(sources: list[Source], state: CrawlState, archive: RawArchive,
-                           cfg: ExtractConfig = ExtractConfig()) -> tuple[pd.DataFrame, pd.DataFrame]:
+                           cfg: ExtractConfig = ExtractConfig(), reuse: dict[str, dict] | None = None
+                           ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Extract every successfully fetched page (offline, from the archive, in bounded workers).
 
     A body that failed extraction before (same sha256, same extractor version) is not extracted
-    again: its recorded failure is reported.
+    again: its recorded failure is reported. ``reuse`` maps raw body sha256 -> a ``documents`` row
+    extracted from that body by the same extractor version: such a page is not extracted again, the
+    row is taken with this page's url and fetched_at (``documents.attrs["reused"]`` counts them).
 
     Returns ``(documents, failures)``: documents in the SPEC §1 schema (plus ``citation`` None and
     ``ocr``), failures with url, source_id, reason, detail (fetch errors and extraction errors:
@@ -144,13 +276,22 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
     by_id = {s.id: s for s in sources}
     listings = {u for s in sources for u in s.listings}
     version = extractor_version(cfg)
-    docs, fails, todo = [], [], []
+    docs, fails, todo, reused = [], [], [], 0
     for r in state.frame().itertuples(index=False):
         src = by_id.get(r.source_id)
-        if r.error is not None:
-            fails.append((r.url, r.source_id, r.error, r.detail or ""))
+        if pd.notna(r.error) and _is_listing(r):
+            fails.append((r.url, r.source_id, "listing_" + str(r.error), r.detail if pd.notna(r.detail) else ""))
             continue
-        if src is None or r.raw_sha256 is None or r.url in listings:
+        if pd.notna(r.error):  # pandas 3 reads a missing string as NaN, not None
+            fails.append((r.url, r.source_id, r.error, r.detail if pd.notna(r.detail) else ""))
+            continue
+        if src is None or pd.isna(r.raw_sha256) or _is_listing(r) or r.url in listings:
+            continue
+        if reuse and r.raw_sha256 in reuse:
+            docs.append({**{c: reuse[r.raw_sha256].get(c) for c in DOCUMENT_COLUMNS}, "source_id": src.id,
+                         "source": src.name, "url": r.url, "fetched_at": pd.Timestamp(r.fetched_at),
+                         "ocr": bool(reuse[r.raw_sha256].get("ocr", False))})
+            reused += 1
             continue
         known = state.extraction_failure(r.raw_sha256, version)
         if known is not None:
@@ -183,5 +324,6 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
             finish(*pending.popleft())
     documents = pd.DataFrame(docs, columns=[*DOCUMENT_COLUMNS, "ocr"])
     documents = documents.drop_duplicates("doc_id").reset_index(drop=True)
+    documents.attrs["reused"] = reused
     failures = pd.DataFrame(fails, columns=["url", "source_id", "reason", "detail"])
     return documents, failures

@@ -17,6 +17,7 @@ from prefect import flow
 
 from flows.profiles import get_profile
 from flows.stages import corpus_stages, index_stages, model_stages
+from flows.summary import crawl_summary, format_crawl
 from ops.runlock import run_lock
 from storage.atomic import clean_leftovers
 from tasks import stages as T
@@ -30,15 +31,21 @@ def _result(value):
 @flow(name="corpus-refresh", log_prints=True)
 def corpus_refresh(data_dir: str, input: str = "crawl", profile: str = "cpu-small", registry: str | None = None,
                    refresh: bool = True, stopwords: str | None = None, columns: dict | None = None) -> dict:
-    """Refresh the corpus and the datasets: ``input`` is ``"crawl"`` (conditional GETs with ``refresh``)
-    or a corpus file (CSV export; JSON Lines / Parquet read with the column mapping ``columns``)."""
+    """Refresh the corpus and the datasets: ``input`` is ``"crawl"`` (conditional GETs with ``refresh``; one
+    task per source, discovery of new documents, the crawl diff in the result and the ``crawl-diff``
+    artifact) or a corpus file (CSV export; JSON Lines / Parquet read with the column mapping ``columns``)."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
     with run_lock(data_dir, on_wait=print):
         clean_leftovers(data_dir)
         r = corpus_stages(cfg, data_dir, input, None, stopwords, registry, refresh, columns)
         T.lineage(data_dir, wait_for=[r["report"]])
-        return {k: _result(r[k]) for k in ("clean", "vocab", "datasets")}
+        out = {k: _result(r[k]) for k in ("clean", "vocab", "datasets")}
+        crawl = crawl_summary(_result(r["import"]))
+        if crawl is not None:
+            out["crawl"] = crawl
+            print("\n".join(format_crawl(crawl)))
+        return out
 
 
 @flow(name="model-rebuild", log_prints=True)

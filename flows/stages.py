@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prefect import unmapped
 
+from flows.crawl import crawl_sources
 from flows.profiles import PipelineConfig
 from storage import layout as L
 from tasks import stages as T
@@ -44,7 +45,7 @@ def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: s
     ``columns``, or ``"crawl"``. Returns the stage futures/results by name."""
     r: dict = {}
     if input == "crawl":
-        r["import"] = M(T.crawl_documents, data_dir)(data_dir, registry, refresh)
+        r["import"] = crawl_sources(data_dir, registry, refresh)
     else:
         sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
         stopwords = stopwords or _sibling(input, "stopwords.txt")

@@ -19,11 +19,37 @@ def build_summary(profile: str, results: dict) -> dict:
         "probe": {name: ds[name]["probe"] for name in ("policysm1", "policysm2")},
         "pretrain_heldout": pre["heldout"],
         "finetune_policysm1": {"dev": fin["dev"], "test": fin["test"], "majority_test": fin["majority_test"]},
-        "index": {k: idx[k] for k in ("version", "chunks", "documents", "embedded", "reused", "removed", "full_rebuild")},
+        "index": {k: idx.get(k) for k in ("version", "chunks", "documents", "embedded", "reused", "removed", "full_rebuild",
+                                          "index_kind", "ann_recall@10")},
         "retrieval_eval": results["retrieval_eval"]["table"],
         "ann_recall@10": {k: v for k, v in results["retrieval_eval"].items() if k.endswith("_vs_exact")},
         "sample_query": results["sample_query"],
+        "crawl": crawl_summary(results["import"]),
     }
+
+
+def crawl_summary(stats: dict) -> dict | None:
+    """The crawl part of the summary (None after an import): the diff counts in all and per source, the
+    unreachable sources and the per-source document counts."""
+    if not isinstance(stats, dict) or "diff" not in stats:
+        return None
+    per = stats.get("per_source", {})
+    return {"diff": stats["diff"]["all"], "unreachable": stats.get("unreachable", []),
+            "per_source": {sid: {**counts, "documents": per.get(sid, {}).get("documents", 0),
+                                 "name": per.get(sid, {}).get("name", sid)}
+                           for sid, counts in stats["diff"].items() if sid != "all"}}
+
+
+def format_crawl(c: dict) -> list[str]:
+    """Lines for :func:`crawl_summary`'s dict: the totals, then one line per source that changed or failed."""
+    d = c["diff"]
+    lines = ["crawl diff: " + ", ".join(f"{k} {v}" for k, v in d.items())
+             + (f"; unreachable sources: {', '.join(c['unreachable'])}" if c["unreachable"] else "")]
+    for sid, v in c["per_source"].items():
+        if v["new"] or v["changed"] or v["gone"] or sid in c["unreachable"]:
+            lines.append(f"  {v['name']} ({sid}): new {v['new']}, changed {v['changed']}, unchanged {v['unchanged']}, "
+                         f"gone {v['gone']}, kept {v['kept']}; {v['documents']} documents")
+    return lines
 
 
 def _f(value, spec: str = ".3f") -> str:
@@ -54,10 +80,16 @@ def format_summary(s: dict) -> str:
         f"finetune PolicySM-1: dev acc {_f(dev.get('accuracy'))} F1 {_f(dev.get('f1'))}; "
         f"test acc {_f(test.get('accuracy'))} F1 {_f(test.get('f1'))} (majority {_f(f.get('majority_test'))})",
         f"index {s['index']['version']}: {s['index']['chunks']} chunks from {s['index']['documents']} documents "
-        f"({s['index']['embedded']} embedded, {s['index']['reused']} reused, {s['index']['removed']} removed)",
+        f"({s['index']['embedded']} embedded, {s['index']['reused']} reused, {s['index']['removed']} removed); "
+        f"{s['index'].get('index_kind') or 'flat'} index"
+        + (f", recall@10 vs exact {s['index']['ann_recall@10']:.3f}" if s["index"].get("ann_recall@10") is not None else ""),
         "retrieval (title/citation -> document): "
         + "; ".join(f"{r['system']} R@1 {r['recall@1']:.2f} R@10 {r['recall@10']:.2f} MRR {r['mrr@10']:.2f}"
                     for r in s["retrieval_eval"]),
+    ]
+    if s.get("crawl"):
+        lines += format_crawl(s["crawl"])
+    lines += [
         "sample query top 3:",
     ]
     for i, hit in enumerate(s["sample_query"], 1):

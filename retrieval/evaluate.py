@@ -64,7 +64,7 @@ def bm25_rankings(chunk_tokens: list[list[str]], chunk_doc_ids: list[str], query
 
 def ann_recall(vectors: np.ndarray, ids: np.ndarray, query_vecs: np.ndarray, cfg: IndexConfig, k: int = 10) -> float:
     """Share of the exact top-k chunk ids that an approximate index (``cfg``) also returns."""
-    exact = build_index(vectors, ids, IndexConfig())
+    exact = build_index(vectors, ids, IndexConfig(kind="flat"))
     approx = build_index(vectors, ids, cfg)
     _, e = exact.search(query_vecs, k)
     _, a = approx.search(query_vecs, k)

@@ -5,6 +5,9 @@ A refresh reuses the vectors of unchanged chunks from the serving version (same 
 embeds only new or changed chunks, drops removed ones, writes the next version beside the old
 and then switches the pointer: a crash mid-refresh leaves the last good version serving, and a
 query during a refresh answers from it. A different embedding model forces a full rebuild.
+
+Past a configurable size (``IndexConfig.ann_min_vectors``) a version gets an approximate index (HNSW or
+IVF) instead of the exact one, and records its recall@10 against exact search, measured at build time.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -29,56 +33,173 @@ if TYPE_CHECKING:
     from retrieval.sparse import SparseConfig, Tokenize
 
 CURRENT = "CURRENT"
-KINDS = ("flat", "ivf", "hnsw")
+KINDS = ("auto", "flat", "ivf", "hnsw")
+ANN_KINDS = ("ivf", "hnsw")
 
 
 @dataclass(frozen=True)
 class IndexConfig:
-    """kind: ``flat`` (exact inner product, default), ``ivf`` (IVFFlat: ``nlist`` lists, ``nprobe``
-    searched) or ``hnsw`` (HNSWFlat: ``hnsw_m`` links, ``ef_construction``, ``ef_search``)."""
+    """Which FAISS index a version gets (all inner product over L2-normalised vectors).
 
-    kind: str = "flat"
-    nlist: int = 64
-    nprobe: int = 8
+    kind: ``auto`` (default: exact ``flat`` below ``ann_min_vectors`` vectors, ``ann_kind`` from there on),
+    or forced ``flat`` (IndexFlatIP), ``ivf`` (IVFFlat) or ``hnsw`` (HNSWFlat).
+    IVF: ``nlist`` inverted lists (0: ``4 * sqrt(n)``, the FAISS guideline; always at most ``n // 39`` so each
+    list gets the ~39 training points FAISS asks for), ``nprobe`` lists searched; k-means seeded with ``seed``.
+    HNSW (Malkov & Yashunin 2018): ``hnsw_m`` links per node, ``ef_construction`` / ``ef_search`` beam widths;
+    built on one thread when ``deterministic`` (multi-threaded insertion order varies between runs).
+    ``recall_queries`` indexed vectors (seeded sample) are searched at build time to measure the ANN's
+    recall@``recall_k`` against exact search (:func:`ann_recall_report`).
+
+    Defaults from ``bench/ann_bench.py`` at 21x (33,454 chunks x 128): HNSW at ``ef_search`` 256 keeps recall@10
+    0.93 on held-out title queries (0.79 at 64), IVF needs ``nprobe`` 64 of 4 sqrt(n) lists for 0.85.
+    """
+
+    kind: str = "auto"
+    ann_min_vectors: int = 20_000
+    ann_kind: str = "hnsw"
+    nlist: int = 0
+    nprobe: int = 64
     hnsw_m: int = 32
     ef_construction: int = 80
-    ef_search: int = 64
+    ef_search: int = 256
+    seed: int = 13
+    deterministic: bool = True
+    recall_queries: int = 500
+    recall_k: int = 10
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown index kind {self.kind!r} (one of {KINDS})")
+        if self.ann_kind not in ANN_KINDS:
+            raise ValueError(f"unknown ann_kind {self.ann_kind!r} (one of {ANN_KINDS})")
 
 
-def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig = IndexConfig()) -> faiss.Index:
-    """An inner-product index with int64 ids over vectors (n, dim) float32.
+def resolve_kind(cfg: IndexConfig, n: int) -> str:
+    """The index kind ``cfg`` gives for ``n`` vectors: ``cfg.kind`` unless ``auto``, then ``flat`` below
+    ``cfg.ann_min_vectors`` and ``cfg.ann_kind`` at or above it."""
+    if cfg.kind != "auto":
+        return cfg.kind
+    return cfg.ann_kind if n >= cfg.ann_min_vectors else "flat"
 
-    IVF uses ``min(nlist, n // 39)`` lists (FAISS wants ~39 training points per list), at least 1.
+
+def ivf_nlist(cfg: IndexConfig, n: int) -> int:
+    """Inverted lists for ``n`` vectors: ``cfg.nlist`` (0: ``round(4 * sqrt(n))``), capped at ``n // 39``, >= 1."""
+    want = cfg.nlist or int(round(4 * np.sqrt(max(n, 1))))
+    return max(1, min(want, n // 39))
+
+
+@contextmanager
+def _omp_threads(n: int | None):
+    """FAISS's OpenMP thread count set to ``n`` inside the block (unchanged when None), restored after."""
+    if n is None:
+        yield
+        return
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig = IndexConfig(kind="flat")) -> faiss.Index:
+    """An inner-product index with int64 ids over vectors (n, dim) float32, of kind
+    :func:`resolve_kind` ``(cfg, n)`` (the default config is exact: callers that rank a fixed candidate set
+    with it, such as the fusion fit and the evaluations, get exact search).
+
+    Deterministic for a given input and config: IVF k-means is seeded (``cfg.seed``; FAISS samples at most 256
+    training points per list with that seed), HNSW is built on one thread when ``cfg.deterministic``.
 
     Raises:
-        ValueError: unknown ``cfg.kind``.
+        ValueError: unknown ``cfg.kind`` (caught by :class:`IndexConfig`), or vectors not 2-D.
     """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     ids = np.asarray(ids, dtype=np.int64)
-    dim = vectors.shape[1]
-    if cfg.kind == "flat":
+    if vectors.ndim != 2:
+        raise ValueError(f"vectors must be 2-D (n, dim), got shape {vectors.shape}")
+    n, dim = vectors.shape
+    kind = resolve_kind(cfg, n)
+    threads = None
+    if kind == "flat":
         index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-    elif cfg.kind == "ivf":
-        nlist = max(1, min(cfg.nlist, len(vectors) // 39))
-        quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    elif kind == "ivf":
+        nlist = ivf_nlist(cfg, n)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = cfg.seed
         index.train(vectors)
         index.nprobe = min(cfg.nprobe, nlist)
-    elif cfg.kind == "hnsw":
+    else:
         hnsw = faiss.IndexHNSWFlat(dim, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = cfg.ef_construction
         hnsw.hnsw.efSearch = cfg.ef_search
         index = faiss.IndexIDMap2(hnsw)
-    else:
-        raise ValueError(f"unknown index kind {cfg.kind!r} (one of {KINDS})")
+        threads = 1 if cfg.deterministic else None
     if len(ids):
-        index.add_with_ids(vectors, ids)
+        with _omp_threads(threads):
+            index.add_with_ids(vectors, ids)
     return index
+
+
+def ann_recall_report(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> dict:
+    """Recall@k (``cfg.recall_k``) of ``index`` against exact inner-product search over the same ``vectors``
+    (n, dim) / ``ids`` (n,), with ``cfg.recall_queries`` indexed vectors as queries (sample seeded by
+    ``cfg.seed``; all of them when fewer).
+
+    Each query's own id is left out of both lists (an indexed vector trivially finds itself), so the figure
+    is about its k true neighbours. Ties count: an approximate hit is right when its score reaches the exact
+    k-th score (within 1e-5), so duplicate vectors do not lower the figure.
+
+    Returns:
+        {"recall@k": mean share of the exact top-k found (float, 1.0 with fewer than 2 vectors),
+        "k", "queries", "seconds"}; the key is literally ``recall@10`` for ``recall_k = 10``.
+    """
+    t0 = time.perf_counter()
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    ids = np.asarray(ids, dtype=np.int64)
+    n, k = len(vectors), cfg.recall_k
+    k_eff = min(k, n - 1)
+    if k_eff < 1:
+        return {f"recall@{k}": 1.0, "k": k, "queries": 0, "seconds": time.perf_counter() - t0}
+    rows = np.sort(np.random.default_rng(cfg.seed).choice(n, size=min(cfg.recall_queries, n), replace=False))
+    q = vectors[rows]
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    e_scores, e_rows = exact.search(q, k_eff + 1)
+    a_scores, a_ids = index.search(q, k_eff + 1)
+    found = 0
+    for j, r in enumerate(rows):
+        keep = e_rows[j] != r
+        kth = e_scores[j][keep][:k_eff][-1]
+        mine = (a_ids[j] >= 0) & (a_ids[j] != ids[r])
+        found += int(min(k_eff, int((a_scores[j][mine][:k_eff] >= kth - 1e-5).sum())))
+    return {f"recall@{k}": found / (len(rows) * k_eff), "k": k, "queries": int(len(rows)),
+            "seconds": time.perf_counter() - t0}
+
+
+def build_index_with_report(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Index, dict]:
+    """:func:`build_index` and what the manifest records about it (key ``ann``): kind (resolved),
+    requested (``cfg.kind``), vectors, build_seconds, the kind's parameters, and for an approximate
+    index its :func:`ann_recall_report` (``recall@10``, k, queries, recall_seconds); an exact index
+    records ``exact: true`` and no measurement."""
+    n = int(len(vectors))
+    kind = resolve_kind(cfg, n)
+    t0 = time.perf_counter()
+    index = build_index(vectors, ids, cfg)
+    rep = {"kind": kind, "requested": cfg.kind, "ann_min_vectors": cfg.ann_min_vectors, "vectors": n,
+           "build_seconds": round(time.perf_counter() - t0, 4), "exact": kind == "flat"}
+    if kind == "ivf":
+        rep.update(nlist=int(index.nlist), nprobe=int(index.nprobe), seed=cfg.seed)
+    elif kind == "hnsw":
+        rep.update(hnsw_m=cfg.hnsw_m, ef_construction=cfg.ef_construction, ef_search=cfg.ef_search)
+    if kind != "flat":
+        r = ann_recall_report(index, vectors, ids, cfg)
+        rep.update({k: v for k, v in r.items() if k != "seconds"}, recall_seconds=round(r["seconds"], 4))
+    return index, rep
 
 
 def build_flat_index(vectors: np.ndarray, ids: np.ndarray) -> faiss.Index:
     """Exact inner-product index with int64 ids (see :func:`build_index`)."""
-    return build_index(vectors, ids, IndexConfig())
+    return build_index(vectors, ids, IndexConfig(kind="flat"))
 
 
 def current_version(index_root: str | os.PathLike) -> str | None:
@@ -131,8 +252,9 @@ def load_index(index_root: str | os.PathLike, version: str | None = None) -> tup
 def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id: str, cfg: IndexConfig,
                   staging: str | os.PathLike, extra: dict | None = None) -> dict:
     """Plan a refresh into ``staging``: the chunks, which rows reuse a vector of the serving version
-    (same ``model_id`` and index config) and which must be embedded. ``extra`` keys are stored in the
-    plan as they are. ``plan.json`` is written last, atomically. Returns the plan (JSON-able)."""
+    (same ``model_id``: vectors do not depend on the index config, so a changed index kind or ANN setting
+    rebuilds only the FAISS structure from stored vectors) and which must be embedded. ``extra`` keys are
+    stored in the plan as they are. ``plan.json`` is written last, atomically. Returns the plan (JSON-able)."""
     root, staging = Path(index_root), Path(staging)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -142,7 +264,7 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
     if prev is not None:
         pm = json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
         emb = root / prev / "embeddings.npy"
-        if pm.get("model_id") == model_id and emb.is_file() and pm.get("index", {}) == asdict(cfg):
+        if pm.get("model_id") == model_id and emb.is_file():
             full = False
             prev_ids = pd.read_parquet(root / prev / "chunks.parquet", columns=["chunk_id"])["chunk_id"].to_numpy()
             where = {int(i): k for k, i in enumerate(prev_ids)}
@@ -200,8 +322,14 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
     ``embed_factory()``, their vectors reused from the previous version under the same model) and stored
     in the manifest as ``fusion``.
 
-    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size (+ sparse_tokenized,
-    fusion_w_dense with a sparse side).
+    The FAISS index is of the kind ``IndexConfig`` resolves to for this many chunks (exact below
+    ``ann_min_vectors``, IVF or HNSW from there on), rebuilt from all vectors (stored + new) on every
+    publish; the manifest's ``ann`` records its kind, build time and (approximate kinds) its recall@k
+    against exact search (:func:`build_index_with_report`).
+
+    Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, index_kind,
+    index_build_seconds, ann_recall@10 (None for an exact index) (+ sparse_tokenized, fusion_w_dense with
+    a sparse side).
     """
     staging = Path(staging)
     plan = json.loads((staging / "plan.json").read_text())
@@ -229,8 +357,9 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
     if reused is not None:
         vectors[plan["reuse_rows"]] = reused
     cfg = IndexConfig(**plan["index"])
-    index = build_index(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
-    man = {**(manifest or {}), "model_id": plan["model_id"], "index": plan["index"], "dim": int(vectors.shape[1])}
+    index, ann = build_index_with_report(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
+    man = {**(manifest or {}), "model_id": plan["model_id"], "index": plan["index"], "dim": int(vectors.shape[1]),
+           "ann": ann}
     extra_stats, write_extra = {}, None
     if sparse is not None:
         from retrieval.sparse_build import build_sparse_side
@@ -245,7 +374,8 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
         shutil.rmtree(staging, ignore_errors=True)
     return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
             "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
-            "size": int(index.ntotal), **extra_stats}
+            "size": int(index.ntotal), "index_kind": ann["kind"], "index_build_seconds": ann["build_seconds"],
+            f"ann_recall@{cfg.recall_k}": ann.get(f"recall@{cfg.recall_k}"), **extra_stats}
 
 
 def _verified(record: dict) -> Path:
@@ -270,8 +400,8 @@ def refresh_index(index_root: str | os.PathLike, chunks: pd.DataFrame, embed: Ca
     """Publish the next index version for ``chunks`` (needs ``chunk_id`` and ``text``), in one process:
     :func:`stage_refresh`, :func:`embed_staged` per part, :func:`publish_staged`.
 
-    Vectors of chunk ids present in the serving version are reused when its ``model_id`` and index
-    config match; the rest are embedded with ``embed(texts) -> (n, dim)``. ``sparse_kwargs``
+    Vectors of chunk ids present in the serving version are reused when its ``model_id`` matches (the
+    FAISS structure, exact or approximate, is rebuilt from them); the rest are embedded with ``embed(texts) -> (n, dim)``. ``sparse_kwargs``
     (``sparse``, ``tokenizer``, ``fusion_queries``, ``query_embed_factory``, ``fusion``) go to
     :func:`publish_staged` to build the sparse side and fit the hybrid weights.
 

@@ -47,20 +47,48 @@ def import_documents(data_dir: str, input_path: str, sources_csv: str | None = N
     return text.import_documents(input_path, p["documents"], sources_csv, columns=columns)
 
 
-@task(name=crawler_stages.CRAWL.name, retries=1, retry_delay_seconds=60)
-def crawl_documents(data_dir: str, registry: str | None = None, refresh: bool = False) -> dict:
-    """Registry sources -> archive + crawl state -> ``documents`` (not cached: a crawl looks at the web;
-    the archive and crawl state make a rerun fetch only new URLs, or, with ``refresh``, send
-    conditional GETs)."""
+@task(name="crawl-plan")
+def crawl_plan(registry: str | None = None) -> list[str]:
+    """The registry's source ids: one crawl partition each (fails at once on an invalid registry)."""
+    from crawler.registry import DEFAULT_REGISTRY
+
+    return crawler_stages.crawl_plan(registry or DEFAULT_REGISTRY)
+
+
+@task(name=crawler_stages.CRAWL_SOURCE.name, task_run_name="crawl-{source_id}", retries=1, retry_delay_seconds=5)
+def crawl_source(data_dir: str, source_id: str, registry: str | None = None, refresh: bool = False) -> dict:
+    """One source -> its crawl state, archived bodies and part files (mapped over the registry's sources; not
+    cached: a crawl looks at the web). An unreachable source fails this task alone (retried once)."""
     from crawler.crawl import CrawlConfig
     from crawler.registry import DEFAULT_REGISTRY
 
-    stage = crawler_stages.CRAWL
-    p = _paths(stage, data_dir)
-    return crawler_stages.crawl_stage(p["documents"], p["crawl_failures"], p["crawl"],
-                                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
-                                      on_progress=progress_artifact("crawl-progress", "URLs crawled"),
-                                      before_request=crawl_rate_limit)
+    p = _paths(crawler_stages.CRAWL_SOURCE, data_dir)
+    return jsonable(crawler_stages.crawl_source_stage(p["crawl"], Path(data_dir) / L.DOCUMENTS, source_id,
+                                                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
+                                                      before_request=crawl_rate_limit))
+
+
+@task(name=crawler_stages.CRAWL_MERGE.name)
+def crawl_merge(data_dir: str, registry: str | None, refresh: bool, source_ids: list[str], records: list) -> dict:
+    """Per-source records (a failed source's exception in its place) -> ``documents``, ``crawl_failures`` and
+    ``crawl_diff``; publishes the diff per source as the ``crawl-diff`` table artifact."""
+    from prefect.artifacts import create_table_artifact
+
+    from crawler.crawl import CrawlConfig
+    from crawler.partition import source_by_id, unreachable_record
+    from crawler.registry import DEFAULT_REGISTRY
+
+    registry = registry or DEFAULT_REGISTRY
+    recs = [r if isinstance(r, dict) else unreachable_record(source_by_id(registry, sid), r)
+            for sid, r in zip(source_ids, records)]
+    p = _paths(crawler_stages.CRAWL_MERGE, data_dir)
+    stats = crawler_stages.merge_crawl(recs, p["documents"], p["crawl_failures"], p["crawl_diff"], registry,
+                                       CrawlConfig(refresh=refresh), p["crawl"])
+    names = {r["source_id"]: r["name"] for r in recs}
+    create_table_artifact(key="crawl-diff", description="Crawl diff per source (documents by status)",
+                          table=[{"source": names.get(sid, sid), "source_id": sid, **counts}
+                                 for sid, counts in stats["diff"].items()])
+    return stats
 
 
 @stage_task(text.CLEAN)
