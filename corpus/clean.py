@@ -164,6 +164,7 @@ class CleanConfig:
         rejected as mostly non-Chinese.
     near_dup_threshold: MinHash Jaccard threshold for near-duplicates (0 disables).
     num_perm: MinHash permutations; shingle: character n-gram size of the shingles.
+    shard_docs: documents the stage holds at a time (memory only: the output is the same for any value).
     """
 
     min_chars: int = 20
@@ -171,6 +172,7 @@ class CleanConfig:
     near_dup_threshold: float = 0.9
     num_perm: int = 128
     shingle: int = 5
+    shard_docs: int = 256
 
 
 def clean_text(text: str) -> tuple[str, Counter]:

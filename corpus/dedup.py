@@ -5,6 +5,10 @@ MinHash signatures over character shingles (datasketch), LSH banding for candida
 independent, so it can run partitioned), each candidate pair verified by its Jaccard estimate against
 the threshold. In each group the kept copy is the earliest published one, then the longest, then the
 first in input order.
+
+Streaming (issue 16): :func:`doc_keys` computes a document's exact-duplicate key and MinHash signature
+(uint32, ``num_perm`` x 4 bytes) group by group; :func:`duplicates_from_keys` then decides over the whole
+corpus holding only these keys (a few hundred bytes per document), never the texts.
 """
 from __future__ import annotations
 
@@ -35,10 +39,10 @@ class Duplicate:
     kind: str
 
 
-def _keep_order(docs: pd.DataFrame) -> list[int]:
+def _keep_order(pubtime, lengths) -> list[int]:
     """Row positions ordered by preference: earliest pubtime (missing last), longest text, input order."""
-    pub = pd.to_datetime(docs["pubtime"], errors="coerce")
-    key = pd.DataFrame({"pub": pub, "neg_len": -docs["text"].str.len(), "pos": range(len(docs))})
+    pub = pd.to_datetime(pd.Series(list(pubtime), dtype=object), errors="coerce")
+    key = pd.DataFrame({"pub": pub, "neg_len": -np.asarray(lengths, dtype=np.int64), "pos": range(len(pub))})
     return key.sort_values(["pub", "neg_len", "pos"], na_position="last")["pos"].tolist()
 
 
@@ -51,8 +55,8 @@ def _minhash(text: str, shingle: int, num_perm: int) -> MinHash:
 
 def signatures(texts: list[str], shingle: int = 5, num_perm: int = 128) -> np.ndarray:
     """MinHash signatures (datasketch, seed 1) of whitespace-free texts over character ``shingle``-grams:
-    uint64 array (n_texts, num_perm)."""
-    out = np.zeros((len(texts), num_perm), dtype=np.uint64)
+    uint32 array (n_texts, num_perm) (datasketch's hash values are below 2**32)."""
+    out = np.zeros((len(texts), num_perm), dtype=np.uint32)
     for i, text in enumerate(texts):
         out[i] = _minhash(_WS.sub("", text), shingle, num_perm).hashvalues
     return out
@@ -108,6 +112,46 @@ def near_duplicates(sigs: np.ndarray, threshold: float, bands: tuple[int, int] |
     return out
 
 
+def doc_keys(texts: list[str], *, near: bool = True, shingle: int = 5, num_perm: int = 128
+             ) -> tuple[list[str], np.ndarray]:
+    """Per text: its exact-duplicate key (:func:`normalized_hash`) and, with ``near``, its MinHash
+    signature (:func:`signatures`; a (n, 0) array without). Computed per group of documents."""
+    sigs = signatures(texts, shingle, num_perm) if near else np.zeros((len(texts), 0), dtype=np.uint32)
+    return [normalized_hash(t) for t in texts], sigs
+
+
+def duplicates_from_keys(ids: list[str], pubtime: list, lengths: list[int], hashes: list[str],
+                         sigs: np.ndarray, *, near_threshold: float = 0.9,
+                         bands: tuple[int, int] | None = None) -> list[Duplicate]:
+    """Exact and near duplicates from per-document keys (all lists in input order, one entry per document).
+
+    Args:
+        ids, pubtime, lengths: doc_id, publication date (None/NaT when unknown), text length (chars);
+        hashes, sigs: from :func:`doc_keys`; near_threshold, bands: as :func:`find_duplicates`.
+
+    Returns:
+        As :func:`find_duplicates`: exact duplicates in preference order, then near duplicates in
+        preference order of the exact survivors; each points at its kept copy (earliest published, then
+        longest, then first in input order).
+    """
+    order = _keep_order(pubtime, lengths)
+    dups: list[Duplicate] = []
+    kept_by_hash: dict[str, str] = {}
+    survivors: list[int] = []
+    for pos in order:
+        h = hashes[pos]
+        if h in kept_by_hash:
+            dups.append(Duplicate(ids[pos], kept_by_hash[h], "exact"))
+        else:
+            kept_by_hash[h] = ids[pos]
+            survivors.append(pos)
+    if near_threshold <= 0 or len(survivors) < 2:
+        return dups
+    for row, kept in sorted(near_duplicates(sigs[survivors], near_threshold, bands).items()):
+        dups.append(Duplicate(ids[survivors[row]], ids[survivors[kept]], "near"))
+    return dups
+
+
 def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle: int = 5,
                     num_perm: int = 128, bands: tuple[int, int] | None = None) -> list[Duplicate]:
     """Find exact and near duplicates among ``docs`` (columns doc_id, pubtime, text).
@@ -122,22 +166,7 @@ def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle:
         One :class:`Duplicate` per removed document, pointing at the kept copy: the earliest published,
         then the longest, then the first in input order (each kept document appears only as ``kept_id``).
     """
-    order = _keep_order(docs)
-    ids = docs["doc_id"].tolist()
     texts = docs["text"].tolist()
-    dups: list[Duplicate] = []
-    kept_by_hash: dict[str, str] = {}
-    survivors: list[int] = []
-    for pos in order:
-        h = normalized_hash(texts[pos])
-        if h in kept_by_hash:
-            dups.append(Duplicate(ids[pos], kept_by_hash[h], "exact"))
-        else:
-            kept_by_hash[h] = ids[pos]
-            survivors.append(pos)
-    if near_threshold <= 0 or len(survivors) < 2:
-        return dups
-    sigs = signatures([texts[p] for p in survivors], shingle, num_perm)
-    for row, kept in sorted(near_duplicates(sigs, near_threshold, bands).items()):
-        dups.append(Duplicate(ids[survivors[row]], ids[survivors[kept]], "near"))
-    return dups
+    hashes, sigs = doc_keys(texts, near=near_threshold > 0, shingle=shingle, num_perm=num_perm)
+    return duplicates_from_keys(docs["doc_id"].tolist(), docs["pubtime"].tolist(), [len(t) for t in texts],
+                                hashes, sigs, near_threshold=near_threshold, bands=bands)

@@ -26,9 +26,29 @@ def clean_corpus(docs: pd.DataFrame, cfg: CleanConfig = CleanConfig()
         ``exact_duplicate``, ``near_duplicate``) and detail; ``stats`` counts documents in/out,
         rejects by reason and matches per rule.
     """
+    out, rejects, rule_counts, chars_in = clean_group(docs, cfg)
+    for d in find_duplicates(out, near_threshold=cfg.near_dup_threshold, shingle=cfg.shingle,
+                             num_perm=cfg.num_perm):
+        rejects.append((d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}"))
+    rejected = {r[0] for r in rejects}
+    out = out[~out["doc_id"].isin(rejected)].reset_index(drop=True)
+    rej = pd.DataFrame(rejects, columns=list(REJECT_COLUMNS))
+    stats = clean_stats(len(docs), len(out), rej["reason"], rule_counts, chars_in, int(out["n_chars"].sum()))
+    return out, rej, stats
+
+
+def clean_group(docs: pd.DataFrame, cfg: CleanConfig = CleanConfig()
+                ) -> tuple[pd.DataFrame, list[tuple[str, str, str]], Counter, int]:
+    """Clean one group of documents and apply the per-document rejects (no duplicate detection).
+
+    Returns:
+        ``(kept, rejects, rule_counts, chars_in)``: the documents that pass, with cleaned ``text``,
+        ``n_chars`` and ``rules_applied``; rejects as (doc_id, reason, detail) in input order; matches per
+        rule; raw chars read.
+    """
     rule_counts: Counter = Counter()
     texts, applied, rejects = [], [], []
-    for doc_id, raw in zip(docs["doc_id"], docs["text"]):
+    for doc_id, raw in zip(docs["doc_id"].tolist(), docs["text"].tolist()):
         text, counts = clean_text(raw or "")
         rule_counts.update(counts)
         texts.append(text)
@@ -45,18 +65,17 @@ def clean_corpus(docs: pd.DataFrame, cfg: CleanConfig = CleanConfig()
     out["rules_applied"] = applied
     rejected = {r[0] for r in rejects}
     out = out[~out["doc_id"].isin(rejected)].reset_index(drop=True)
-    for d in find_duplicates(out, near_threshold=cfg.near_dup_threshold, shingle=cfg.shingle,
-                             num_perm=cfg.num_perm):
-        rejects.append((d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}"))
-    rejected = {r[0] for r in rejects}
-    out = out[~out["doc_id"].isin(rejected)].reset_index(drop=True)
-    rej = pd.DataFrame(rejects, columns=list(REJECT_COLUMNS))
-    stats = {
-        "documents_in": int(len(docs)),
-        "documents_out": int(len(out)),
-        "rejects_by_reason": dict(Counter(rej["reason"])),
+    return out, rejects, rule_counts, int(docs["text"].fillna("").str.len().sum())
+
+
+def clean_stats(n_in: int, n_out: int, reasons, rule_counts: Counter, chars_in: int, chars_out: int) -> dict:
+    """The clean stage's stats: documents in/out, rejects by reason (in order of first reject), matches per
+    rule, chars in/out."""
+    return {
+        "documents_in": int(n_in),
+        "documents_out": int(n_out),
+        "rejects_by_reason": dict(Counter(reasons)),
         "rule_matches": dict(rule_counts),
-        "chars_in": int(docs["text"].fillna("").str.len().sum()),
-        "chars_out": int(out["n_chars"].sum()),
+        "chars_in": int(chars_in),
+        "chars_out": int(chars_out),
     }
-    return out, rej, stats

@@ -12,7 +12,10 @@ from typing import Mapping
 
 import pandas as pd
 
+import numpy as np
+
 from storage import atomic_path, read_manifest, read_table
+from storage.tables import iter_table
 
 
 def _axes():
@@ -62,12 +65,20 @@ def _md_table(df: pd.DataFrame) -> str:
 def pair_table(tables: Mapping[str, Path]) -> pd.DataFrame:
     """Pairs per dataset, split, label and kind (rows: dataset, split, kind, label, pairs)."""
     frames = []
-    for name in ("policysm1", "policysm2"):
-        df = read_table(tables[name], ["label", "kind"])
-        g = df.groupby(["split", "kind", "label"]).size().reset_index(name="pairs")
+    for name in ("policysm1", "policysm2"):  # shard by shard: counts merged
+        parts = [df.groupby(["split", "kind", "label"]).size() for df in iter_table(tables[name], ["label", "kind"])]
+        g = (pd.concat(parts).groupby(level=[0, 1, 2]).sum() if parts
+             else pd.Series(dtype="int64", index=pd.MultiIndex.from_tuples([], names=["split", "kind", "label"])))
+        g = g.reset_index(name="pairs")
         g.insert(0, "dataset", name)
         frames.append(g)
     return pd.concat(frames, ignore_index=True)
+
+
+def sentence_lengths(sentences_dir: Path) -> pd.Series:
+    """Sentence lengths in chars, read shard by shard (4 bytes per sentence held)."""
+    parts = [df["text"].str.len().to_numpy(np.int32) for df in iter_table(sentences_dir, ["text"], batch_rows=50_000)]
+    return pd.Series(np.concatenate(parts) if parts else np.zeros(0, np.int32))
 
 
 def _round(x, digits: int = 4):
@@ -106,7 +117,7 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
     docs = read_table(tables["documents"], ["doc_id", "source", "pubtime"])
     clean = read_table(tables["documents_clean"], ["doc_id", "source", "pubtime", "n_chars"])
     rejects = read_table(tables["rejects"])
-    sents = read_table(tables["sentences"], ["text"])
+    sent_len = sentence_lengths(tables["sentences"])
     vocab_m = read_manifest(tables["vocab"])
     pairs, probe = pair_table(tables), probe_table(tables)
     per_source = clean["source"].value_counts().head(10)
@@ -117,7 +128,7 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
         _bar(per_source.iloc[::-1], "Documents per source (top 10)", tmp / "sources.png", "documents", horizontal=True)
         _bar(years, "Publication years (cleaned corpus)", tmp / "years.png")
         _hist(clean["n_chars"], "Document lengths", tmp / "doc_lengths.png", "characters")
-        _hist(sents["text"].str.len(), "Sentence lengths", tmp / "sentence_lengths.png", "characters", bins=50)
+        _hist(sent_len, "Sentence lengths", tmp / "sentence_lengths.png", "characters", bins=50)
         vs = vocab_m["stats"]
         md = "\n\n".join([
             "# Dataset report",
@@ -126,8 +137,8 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
             "## Documents per source (top 10)\n\n" + _md_table(per_source.rename_axis("source").reset_index(name="documents"))
             + "\n\n![sources](sources.png)",
             "## Publication years\n\n![years](years.png)",
-            f"## Lengths\n\nDocuments: median {_median(clean['n_chars'])} chars; sentences: {len(sents)}, "
-            f"median {_median(sents['text'].str.len())} chars.\n\n![docs](doc_lengths.png) "
+            f"## Lengths\n\nDocuments: median {_median(clean['n_chars'])} chars; sentences: {len(sent_len)}, "
+            f"median {_median(sent_len)} chars.\n\n![docs](doc_lengths.png) "
             "![sentences](sentence_lengths.png)",
             f"## Vocabulary\n\n{vs['size']} words (freq >= {vocab_m['config']['min_freq']}, "
             f"{vocab_m['config']['min_len']}-{vocab_m['config']['max_len']} chars); sentence coverage "

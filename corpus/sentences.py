@@ -21,10 +21,12 @@ _STRIP = f"{END_MARKS}，,、：: \u3000"
 @dataclass(frozen=True)
 class SentenceConfig:
     """min_chars: shortest sentence kept (chars, end mark included); max_chars: longer
-    sentences are kept but cut into pieces of at most this many chars at clause marks."""
+    sentences are kept but cut into pieces of at most this many chars at clause marks; shard_docs:
+    documents the stage reads at a time (memory only: the output is the same for any value)."""
 
     min_chars: int = 5
     max_chars: int = 256
+    shard_docs: int = 256
 
 
 def split_sentences(text: str, cfg: SentenceConfig = SentenceConfig()) -> list[str]:
@@ -60,11 +62,24 @@ def build_sentences(docs: pd.DataFrame, cfg: SentenceConfig = SentenceConfig()) 
     Returns ``(sentences, stats)`` with counts of sentences and clauses and mean length (chars).
     """
     rows = []
-    for doc_id, text in zip(docs["doc_id"], docs["text"]):
+    for doc_id, text in zip(docs["doc_id"].tolist(), docs["text"].tolist()):
         for i, s in enumerate(split_sentences(text, cfg)):
             rows.append((doc_id, i, s, split_clauses(s)))
     df = pd.DataFrame(rows, columns=["doc_id", "sent_idx", "text", "clauses"])
-    stats = {"sentences": int(len(df)), "clauses": int(df["clauses"].str.len().sum()) if len(df) else 0,
-             "mean_sentence_chars": float(df["text"].str.len().mean()) if len(df) else 0.0,
-             "documents_with_sentences": int(df["doc_id"].nunique()) if len(df) else 0}
-    return df, stats
+    return df, sentence_stats(sentence_counts(df))
+
+
+def sentence_counts(df: pd.DataFrame) -> dict:
+    """Additive counts of a sentences frame (whole documents): sentences, clauses, chars, documents."""
+    return {"sentences": int(len(df)), "clauses": int(df["clauses"].str.len().sum()) if len(df) else 0,
+            "chars": int(df["text"].str.len().sum()) if len(df) else 0,
+            "documents": int(df["doc_id"].nunique()) if len(df) else 0}
+
+
+def sentence_stats(counts: dict) -> dict:
+    """The stage stats from (summed) :func:`sentence_counts`: sentences, clauses, mean_sentence_chars,
+    documents_with_sentences."""
+    n = counts["sentences"]
+    return {"sentences": n, "clauses": counts["clauses"],
+            "mean_sentence_chars": float(counts["chars"] / n) if n else 0.0,
+            "documents_with_sentences": counts["documents"]}

@@ -6,24 +6,33 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from corpus.clean import CleanConfig
-from corpus.documents import clean_corpus
-from corpus.pairs import PairConfig, build_pairs, split_documents
+from corpus.dedup import doc_keys, duplicates_from_keys
+from corpus.documents import clean_group, clean_stats
+from corpus.pairs import (PAIR_COLUMNS, PairConfig, candidate_keys, count_pairs, group_candidates, pair_groups,
+                          pair_stats, dropped_positives, resolve_candidates, split_documents)
 from corpus.probe import shortcut_probe
 from corpus.segment import load_segmenter
-from corpus.sentences import SentenceConfig, build_sentences
-from corpus.vocab import VocabConfig, build_vocab, load_stopwords
+from corpus.sentences import SentenceConfig, build_sentences, sentence_counts, sentence_stats
+from corpus import shards
+from corpus.shards import BucketSpill, iter_doc_groups, iter_rows, spill_dir
+from corpus.vocab import VocabConfig, count_words, covered_sentences, load_stopwords, vocab_stats, vocab_table
 from crawler.csv_import import read_corpus_csv
 from crawler.records_import import ColumnMapping, is_record_file, read_records
 from storage.contracts import Stage
-from storage.mapped import StalePlanError, plan_ranges, read_parts, write_part
+from storage.mapped import StalePlanError, iter_parts, plan_ranges, verify_parts, write_part_stream
+from storage.tables import TableWriter, iter_table
 from storage import (
     file_sha256,
     json_sha256,
@@ -75,42 +84,111 @@ def import_documents(input_path: str | os.PathLike, out_dir: str | os.PathLike,
     return stats
 
 
+CLEAN_SCHEMA = DOCUMENTS_SCHEMA.append(pa.field("n_chars", pa.int64())).append(
+    pa.field("rules_applied", pa.list_(pa.string())))
+# Column types as pandas inference gave them before the stages streamed (large_string), so the bytes stay.
+REJECTS_SCHEMA = pa.schema([("doc_id", pa.large_string()), ("reason", pa.large_string()), ("detail", pa.large_string())])
+SENTENCES_SCHEMA = pa.schema([("doc_id", pa.large_string()), ("sent_idx", pa.int64()), ("text", pa.large_string()),
+                              ("clauses", pa.list_(pa.string()))])
+SEGMENTS_SCHEMA = pa.schema([("doc_id", pa.large_string()), ("sent_idx", pa.int64()), ("words", pa.list_(pa.string()))])
+CACHE_SCHEMA = pa.schema([("sentence_sha256", pa.large_string()), ("words", pa.list_(pa.string()))])
+VOCAB_SCHEMA = pa.schema([("word", pa.large_string()), ("freq", pa.int64()), ("doc_freq", pa.int64())])
+PAIRS_SCHEMA = pa.schema([("pair_id", pa.large_string()), ("text_a", pa.large_string()), ("text_b", pa.large_string()),
+                          ("label", pa.int64()), ("kind", pa.large_string()), ("gap", pa.int64()), ("doc_a", pa.large_string()),
+                          ("doc_b", pa.large_string()), ("split", pa.large_string())])
+SEGMENT_CHUNK_ROWS = 20_000
+"""Sentences a segmentation part segments and writes at a time (memory only)."""
+PROBE_ROWS = 100_000
+"""Pairs per split the shortcut probe is fitted and scored on: the first rows of train and test in the
+dataset's (random) order, i.e. a uniform sample."""
+
+
 def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
-    """``documents`` -> ``documents_clean`` + ``rejects`` (SPEC §3)."""
-    docs = read_table(documents_dir)
-    for column in ("external_id", "written_date"):  # absent from crawls and from tables of older versions
-        if column not in docs:
-            docs[column] = None
-    clean, rejects, stats = clean_corpus(docs, cfg)
+    """``documents`` -> ``documents_clean`` + ``rejects`` (SPEC §3), ``cfg.shard_docs`` documents at a time.
+
+    Pass 1 cleans each group, records its per-document rejects and keeps, per surviving document, its
+    exact-duplicate key and MinHash signature (corpus.dedup); the cleaned group goes to a spill table. The
+    duplicates are then decided from the keys alone (earliest copy kept) and pass 2 copies the spill minus
+    them into ``documents_clean``. Memory: one group plus ~0.6 KB of keys per document.
+    """
     inputs = {"documents": manifest_fingerprint(documents_dir)}
     cv = CLEAN.code_version()
-    write_table(rejects, rejects_dir, name="rejects", config=asdict(cfg), code_version=cv, inputs=inputs,
-                stats={"rejects_by_reason": stats["rejects_by_reason"]})
-    schema = DOCUMENTS_SCHEMA.append(pa.field("n_chars", pa.int64())).append(
-        pa.field("rules_applied", pa.list_(pa.string())))
-    write_table(clean, out_dir, name="documents_clean", config=asdict(cfg), code_version=cv, inputs=inputs,
-                stats=stats, schema=schema)
-    return stats
+    rule_counts: Counter = Counter()
+    rejects: list[tuple] = []
+    n_in = chars_in = 0
+    ids, pub, lens, hashes, sigs = [], [], [], [], []
+    with spill_dir(out_dir) as tmp:
+        with TableWriter(tmp / "clean", name="documents_clean", schema=CLEAN_SCHEMA,
+                         rows_per_shard=cfg.shard_docs) as spill:
+            for docs in iter_doc_groups(documents_dir, None, cfg.shard_docs, batch_rows=cfg.shard_docs):
+                for column in ("external_id", "written_date"):  # absent from crawls and older tables
+                    if column not in docs:
+                        docs[column] = None
+                kept, rej, counts, chars = clean_group(docs, cfg)
+                n_in, chars_in = n_in + len(docs), chars_in + chars
+                rule_counts.update(counts)
+                rejects += rej
+                h, sg = doc_keys(kept["text"].tolist(), near=cfg.near_dup_threshold > 0, shingle=cfg.shingle,
+                                 num_perm=cfg.num_perm)
+                ids += kept["doc_id"].tolist()
+                pub += kept["pubtime"].tolist()
+                lens += kept["n_chars"].tolist()
+                hashes += h
+                sigs.append(sg)
+                spill.write(kept)
+        sig = np.concatenate(sigs) if sigs else np.zeros((0, 0), dtype=np.uint32)
+        dups = duplicates_from_keys(ids, pub, lens, hashes, sig, near_threshold=cfg.near_dup_threshold)
+        del ids, pub, lens, hashes, sig, sigs
+        rejects += [(d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}") for d in dups]
+        drop = pa.array(sorted({d.doc_id for d in dups}), pa.string())
+        rej = pd.DataFrame(rejects, columns=["doc_id", "reason", "detail"])
+        stats = {"rejects_by_reason": dict(Counter(rej["reason"]))}
+        write_table(rej, rejects_dir, name="rejects", config=asdict(cfg), code_version=cv, inputs=inputs,
+                    stats=stats, schema=REJECTS_SCHEMA)
+        n_out = chars_out = 0
+        with TableWriter(out_dir, name="documents_clean", config=asdict(cfg), code_version=cv, inputs=inputs,
+                         schema=CLEAN_SCHEMA) as w:
+            for shard in read_manifest(tmp / "clean")["shards"]:
+                t = pq.read_table(tmp / "clean" / shard["path"])
+                t = t.filter(pc.invert(pc.is_in(t["doc_id"], value_set=drop)))
+                n_out, chars_out = n_out + t.num_rows, chars_out + int(pc.sum(t["n_chars"]).as_py() or 0)
+                w.write(t)
+            w.stats = clean_stats(n_in, n_out, rej["reason"], rule_counts, chars_in, chars_out)
+    return w.stats
 
 
 def sentences_stage(clean_dir, out_dir, cfg: SentenceConfig) -> dict:
-    """``documents_clean`` -> ``sentences`` (SPEC §4)."""
-    sents, stats = build_sentences(read_table(clean_dir, ["doc_id", "text"]), cfg)
-    write_table(sents, out_dir, name="sentences", config=asdict(cfg), code_version=SENTENCES.code_version(),
-                inputs={"documents_clean": manifest_fingerprint(clean_dir)}, stats=stats)
-    return stats
+    """``documents_clean`` -> ``sentences`` (SPEC §4), ``cfg.shard_docs`` documents at a time."""
+    totals = {"sentences": 0, "clauses": 0, "chars": 0, "documents": 0}
+    with TableWriter(out_dir, name="sentences", config=asdict(cfg), code_version=SENTENCES.code_version(),
+                     inputs={"documents_clean": manifest_fingerprint(clean_dir)}, schema=SENTENCES_SCHEMA) as w:
+        for docs in iter_doc_groups(clean_dir, ["text"], cfg.shard_docs, batch_rows=cfg.shard_docs):
+            sents, _ = build_sentences(docs, cfg)
+            totals = {k: v + sentence_counts(sents)[k] for k, v in totals.items()}
+            w.write(sents)
+        w.stats = sentence_stats(totals)
+    return w.stats
 
 
 def _cache_dir(cache_root, backend: str, model_id: str) -> Path | None:
     return Path(cache_root) / json_sha256([backend, model_id])[:16] if cache_root else None
 
 
-def _read_cache(cache_dir: Path | None) -> dict[str, list]:
-    """Segmentation cache: sentence sha256 -> words ({} when there is none yet)."""
-    if cache_dir is None or not (cache_dir / "manifest.json").is_file():
+def _cached_words(cache_dir: Path | None, keys: list[str]) -> dict[str, list]:
+    """Segmentation cache lookup: sentence sha256 -> words for those of ``keys`` in the cache, read shard
+    by shard (only the matching rows' words are decoded)."""
+    if cache_dir is None or not (cache_dir / "manifest.json").is_file() or not keys:
         return {}
-    c = read_table(cache_dir)
-    return dict(zip(c["sentence_sha256"], c["words"]))
+    wanted = pa.array(sorted(set(keys)), pa.large_string())
+    out: dict[str, list] = {}
+    for shard in read_manifest(cache_dir)["shards"]:
+        path = cache_dir / shard["path"]
+        shas = pq.read_table(path, columns=["sentence_sha256"])["sentence_sha256"]
+        hit = pc.is_in(shas, value_set=wanted)
+        if pc.any(hit).as_py():
+            rows = pq.read_table(path).filter(hit)
+            out.update(zip(rows["sentence_sha256"].to_pylist(), rows["words"].to_pylist()))
+    return out
 
 
 def segment_plan(sentences_dir, n_parts: int) -> dict:
@@ -121,10 +199,12 @@ def segment_plan(sentences_dir, n_parts: int) -> dict:
 
 
 def segment_part(sentences_dir, plan: dict, part: int, out_file, backend: str = "auto",
-                 user_dict: str | None = None, cache_root: str | os.PathLike | None = None) -> dict:
+                 user_dict: str | None = None, cache_root: str | os.PathLike | None = None,
+                 chunk_rows: int = SEGMENT_CHUNK_ROWS) -> dict:
     """Segment the rows ``plan["ranges"][part]`` of ``sentences`` into the Parquet file ``out_file``
-    (doc_id, sent_idx, words, sentence_sha256, fresh); words of sentences in the segmentation cache are
-    reused. Returns the part record (path, sha256, rows, fresh, backend, model_id).
+    (doc_id, sent_idx, words, sentence_sha256, fresh), ``chunk_rows`` sentences at a time (one row group
+    each); words of sentences in the segmentation cache are reused. Returns the part record (path,
+    sha256, rows, fresh, backend, model_id).
 
     Raises:
         StalePlanError: ``sentences`` changed since the plan was made.
@@ -132,49 +212,87 @@ def segment_part(sentences_dir, plan: dict, part: int, out_file, backend: str = 
     if manifest_fingerprint(sentences_dir) != plan["input"]:
         raise StalePlanError(f"{sentences_dir} changed since the segmentation plan was made")
     lo, hi = plan["ranges"][part]
-    sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"]).iloc[lo:hi]
     seg = load_segmenter(backend, user_dict)
-    keys = [text_sha256(t) for t in sents["text"]]
-    cached = _read_cache(_cache_dir(cache_root, seg.backend, seg.model_id))
-    todo = sorted({k: t for k, t in zip(keys, sents["text"]) if k not in cached}.items())
-    fresh = dict(zip([k for k, _ in todo], seg.segment([t for _, t in todo]))) if todo else {}
-    part_df = pd.DataFrame({"doc_id": sents["doc_id"].to_numpy(), "sent_idx": sents["sent_idx"].to_numpy(),
-                            "words": [list(cached[k]) if k in cached else fresh[k] for k in keys],
-                            "sentence_sha256": keys, "fresh": [k in fresh for k in keys]})
-    return write_part(part_df, out_file, part=part, fresh=len(fresh), backend=seg.backend, model_id=seg.model_id)
+    cache_dir = _cache_dir(cache_root, seg.backend, seg.model_id)
+    n_fresh = 0
+    seen: set[str] = set()
+
+    def chunks():
+        nonlocal n_fresh
+        for sents in iter_rows(sentences_dir, ["doc_id", "sent_idx", "text"], lo, hi, chunk_rows):
+            keys = [text_sha256(t) for t in sents["text"]]
+            cached = _cached_words(cache_dir, keys)
+            todo = sorted({k: t for k, t in zip(keys, sents["text"]) if k not in cached}.items())
+            fresh = dict(zip([k for k, _ in todo], seg.segment([t for _, t in todo]))) if todo else {}
+            new = [k for k in fresh if k not in seen]
+            seen.update(new)
+            n_fresh += len(new)
+            yield pd.DataFrame({"doc_id": sents["doc_id"].to_numpy(), "sent_idx": sents["sent_idx"].to_numpy(),
+                                "words": [list(cached[k]) if k in cached else fresh[k] for k in keys],
+                                "sentence_sha256": keys, "fresh": [k in fresh for k in keys]})
+
+    rec = write_part_stream(chunks(), out_file, PART_SCHEMA)
+    return {**rec, "part": part, "fresh": n_fresh, "backend": seg.backend, "model_id": seg.model_id}
+
+
+PART_SCHEMA = pa.schema([("doc_id", pa.string()), ("sent_idx", pa.int64()), ("words", pa.list_(pa.string())),
+                         ("sentence_sha256", pa.string()), ("fresh", pa.bool_())])
 
 
 def merge_segments(sentences_dir, parts: list[dict], out_dir, backend: str = "auto", user_dict: str | None = None,
                    cache_root: str | os.PathLike | None = None) -> dict:
     """Assemble the part files of ``parts`` (records from :func:`segment_part`, in part order) into the
-    ``segments`` table and add the newly segmented sentences to the segmentation cache.
+    ``segments`` table and add the newly segmented sentences to the segmentation cache, streaming (one
+    row group of a part at a time).
 
     Raises:
         StalePlanError: a part file is missing or changed, or the parts do not cover ``sentences``.
     """
-    merged_parts = read_parts(parts)
-    if len(merged_parts) != int(read_manifest(sentences_dir)["rows"]):
-        raise StalePlanError(f"the segmented parts hold {len(merged_parts)} rows, {sentences_dir} has more or fewer")
+    verify_parts(parts)
+    n_parts = sum(int(p["rows"]) for p in parts)
+    if n_parts != int(read_manifest(sentences_dir)["rows"]):
+        raise StalePlanError(f"the segmented parts hold {n_parts} rows, {sentences_dir} has more or fewer")
     seg_backend, model_id = parts[0]["backend"], parts[0]["model_id"]
     cache_dir = _cache_dir(cache_root, seg_backend, model_id)
-    fresh = merged_parts[merged_parts["fresh"]]
-    if cache_dir is not None and len(fresh):
-        merged = _read_cache(cache_dir)
-        merged.update(zip(fresh["sentence_sha256"], fresh["words"]))
-        write_table(pd.DataFrame({"sentence_sha256": list(merged), "words": [list(v) for v in merged.values()]}),
-                    cache_dir, name="segment_cache", config={"backend": seg_backend, "model_id": model_id},
-                    code_version=SEGMENT.code_version())
-    out = merged_parts[["doc_id", "sent_idx"]].copy()
-    out["words"] = [list(w) for w in merged_parts["words"]]
-    stats = {"sentences": int(len(out)), "words": int(sum(map(len, out["words"]))), "backend": seg_backend,
-             "model_id": model_id, "chars": int(sum(len("".join(w)) for w in out["words"])),
-             "segmented_now": int(fresh["sentence_sha256"].nunique()), "from_cache": int((~merged_parts["fresh"]).sum()),
-             "parts": len(parts)}
-    write_table(out, out_dir, name="segments", config={"backend": backend, "user_dict": user_dict,
+    n_fresh = sum(int(p.get("fresh", 0)) for p in parts)
+    if cache_dir is not None and n_fresh:
+        _extend_cache(cache_dir, parts, seg_backend, model_id)
+    totals = {"sentences": 0, "words": 0, "chars": 0, "from_cache": 0}
+    with TableWriter(out_dir, name="segments", config={"backend": backend, "user_dict": user_dict,
                                                        "resolved_backend": seg_backend, "model_id": model_id},
-                code_version=SEGMENT.code_version(), inputs={"sentences": manifest_fingerprint(sentences_dir)},
-                stats=stats)
-    return stats
+                     code_version=SEGMENT.code_version(), inputs={"sentences": manifest_fingerprint(sentences_dir)},
+                     schema=SEGMENTS_SCHEMA) as w:
+        for t in iter_parts(parts, ["doc_id", "sent_idx", "words", "fresh"]):
+            lengths = pc.list_value_length(t["words"])
+            totals["sentences"] += t.num_rows
+            totals["words"] += int(pc.sum(lengths).as_py() or 0)
+            totals["chars"] += int(pc.sum(pc.utf8_length(pc.list_flatten(t["words"]))).as_py() or 0)
+            totals["from_cache"] += t.num_rows - int(pc.sum(t["fresh"]).as_py() or 0)
+            w.write(t.select(["doc_id", "sent_idx", "words"]))
+        w.stats = {"sentences": totals["sentences"], "words": totals["words"], "backend": seg_backend,
+                   "model_id": model_id, "chars": totals["chars"], "segmented_now": n_fresh,
+                   "from_cache": totals["from_cache"], "parts": len(parts)}
+    return w.stats
+
+
+def _extend_cache(cache_dir: Path, parts: list[dict], backend: str, model_id: str) -> None:
+    """Rewrite the segmentation cache as its old rows followed by the parts' fresh rows (first occurrence of
+    each sentence), streaming; memory: the sha256 keys of this run's fresh sentences."""
+    old = cache_dir if (cache_dir / "manifest.json").is_file() else None
+    with TableWriter(cache_dir, name="segment_cache", config={"backend": backend, "model_id": model_id},
+                     code_version=SEGMENT.code_version(), schema=CACHE_SCHEMA) as w:
+        if old is not None:
+            for shard in read_manifest(old)["shards"]:
+                w.write(pq.read_table(old / shard["path"]))
+        seen: set[str] = set()
+        for t in iter_parts(parts, ["sentence_sha256", "words", "fresh"]):
+            t = t.filter(t["fresh"])
+            keep = []
+            for i, k in enumerate(t["sentence_sha256"].to_pylist()):
+                if k not in seen:
+                    seen.add(k)
+                    keep.append(i)
+            w.write(t.take(pa.array(keep, pa.int64())).select(["sentence_sha256", "words"]))
 
 
 def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str | None = None,
@@ -193,10 +311,28 @@ def segment_stage(sentences_dir, out_dir, backend: str = "auto", user_dict: str 
 
 
 def vocab_stage(segments_dir, out_dir, stopwords_path: str | None, cfg: VocabConfig) -> dict:
-    """``segments`` -> ``vocab`` table + ``vocab.txt`` (one word per line, freq order)."""
-    segs = read_table(segments_dir)
+    """``segments`` -> ``vocab`` table + ``vocab.txt`` (one word per line, freq order).
+
+    Counts are made per group of ``cfg.shard_docs`` documents and merged (sums; groups share no document,
+    so document frequencies add up); a second pass over the segments measures the sentence coverage.
+    """
     seg_manifest = read_manifest(segments_dir)
-    vocab, stats = build_vocab(segs["words"], segs["doc_id"], load_stopwords(stopwords_path), cfg)
+    stop = load_stopwords(stopwords_path)
+    freq: Counter = Counter()
+    doc_freq: Counter = Counter()
+    n = 0
+    for g in iter_doc_groups(segments_dir, ["words"], cfg.shard_docs):
+        f, d, k = count_words(g["words"], g["doc_id"], stop, cfg)
+        freq.update(f)
+        doc_freq.update(d)
+        n += k
+    vocab = vocab_table(freq, doc_freq, cfg)
+    candidates = len(freq)
+    del freq, doc_freq
+    words = set(vocab["word"])
+    covered = sum(covered_sentences(t["words"], words) for t in iter_table(segments_dir, ["words"],
+                                                                          batch_rows=shards.READ_BATCH_ROWS))
+    stats = vocab_stats(vocab, candidates, n, covered)
     stats.update(backend=seg_manifest["stats"].get("backend"), model_id=seg_manifest["stats"].get("model_id"))
     inputs = {"segments": manifest_fingerprint(segments_dir)}
     if stopwords_path:
@@ -204,7 +340,7 @@ def vocab_stage(segments_dir, out_dir, stopwords_path: str | None, cfg: VocabCon
     txt = ("\n".join(vocab["word"]) + "\n").encode("utf-8")
     write_table(vocab, out_dir, name="vocab", config={**asdict(cfg), "stopwords": stopwords_path},
                 code_version=VOCAB.code_version(), inputs=inputs, stats=stats,
-                extra_files={"vocab.txt": txt})
+                extra_files={"vocab.txt": txt}, schema=VOCAB_SCHEMA)
     return stats
 
 
@@ -214,43 +350,99 @@ def document_splits(clean_dir, cfg: PairConfig) -> dict[str, str]:
     return split_documents(ids, cfg.split_ratios, cfg.seed)
 
 
+DATASET_NAMES = ("policysm1", "policysm2")
+BUCKET_PAIRS = 200_000
+"""Expected candidate pairs per dedup bucket of the datasets stage (memory only: the output is the same)."""
+
+
 def datasets_stage(sentences_dir, clean_dir, out_dirs: Mapping[str, str | os.PathLike], cfg: PairConfig,
                    rows_per_shard: int = 50_000) -> dict:
     """``sentences`` -> ``policysm1`` and ``policysm2`` tables (split=train/dev/test) + probe results.
 
-    ``out_dirs`` maps ``"policysm1"`` and ``"policysm2"`` to their table folders.
+    ``out_dirs`` maps ``"policysm1"`` and ``"policysm2"`` to their table folders. A map-reduce over
+    pairing groups (corpus.pairs): the sentences are read ``cfg.shard_docs`` documents at a time and cut
+    into groups of ``cfg.group_docs`` documents per split; each group's candidate pairs (both datasets)
+    are spilled by range of their shuffle key; each key range is then resolved (a pair kept once, its
+    first occurrence) and written in key order. The output is the same bytes for any ``shard_docs``.
+    The shortcut probe is fitted on the first :data:`PROBE_ROWS` train pairs and scored on the first
+    test pairs (a uniform sample: the order is a seeded hash). Memory: one group, the spill buffer and one
+    key range.
     """
-    sents = read_table(sentences_dir, ["doc_id", "sent_idx", "clauses"])
     split_of = document_splits(clean_dir, cfg)
+    m = read_manifest(sentences_dir)
     inputs = {"sentences": manifest_fingerprint(sentences_dir), "documents_clean": manifest_fingerprint(clean_dir)}
+    est = int(m["stats"].get("clauses", m["rows"])) * 6
+    n_buckets = max(1, -(-est // BUCKET_PAIRS))
     out = {}
-    for name in ("policysm1", "policysm2"):
-        pairs, stats = build_pairs(sents, split_of, name, cfg)
-        stats["probe"] = shortcut_probe(pairs)
-        cfg_json = {**asdict(cfg), "dataset": name}
-        write_table(pairs, out_dirs[name], name=name, config=cfg_json, code_version=DATASETS.code_version(),
-                    inputs=inputs, stats=stats, rows_per_shard=rows_per_shard, partition_by="split")
-        out[name] = stats
+    with spill_dir(out_dirs[DATASET_NAMES[0]]) as tmp:
+        spills = {n: BucketSpill(tmp / n, n_buckets) for n in DATASET_NAMES}
+        dropped = {n: {"duplicate": 0, "conflict": 0, "orphaned": 0} for n in DATASET_NAMES}
+        groups = iter_doc_groups(sentences_dir, ["sent_idx", "clauses"], cfg.shard_docs)
+        for split, g, sents in pair_groups(groups, split_of, cfg.group_docs):
+            for name in DATASET_NAMES:
+                cands, d = group_candidates(sents, name, split, g, cfg)
+                keys = candidate_keys(cands, cfg.seed, name)
+                spills[name].add(cands.assign(_key=keys), (keys >> np.uint64(32)).astype(np.int64)
+                                 * n_buckets >> 32)
+                dropped[name] = {k: v + d.get(k, 0) for k, v in dropped[name].items()}
+        for name in DATASET_NAMES:
+            spills[name].flush()
+            out[name] = _write_dataset(name, spills[name], dropped[name], split_of, out_dirs[name], cfg, inputs,
+                                       rows_per_shard)
     return out
+
+
+def _write_dataset(name: str, spill: BucketSpill, dropped: dict, split_of: dict, out_dir, cfg: PairConfig,
+                   inputs: dict, rows_per_shard: int) -> dict:
+    """Resolve the spilled candidates bucket by bucket (key order) into the dataset table; stats + probe."""
+    counts: dict = {}
+    sample = {"train": [], "test": []}
+    orphans: set = set()
+    for b in range(spill.n_buckets):  # pass 1: positives that lose to an earlier copy, in any bucket
+        cands = spill.read(b, ["text_a", "text_b", "label", "prio_split", "group", "row"])
+        orphans |= dropped_positives(cands) if cands is not None else set()
+    with TableWriter(out_dir, name=name, config={**asdict(cfg), "dataset": name},
+                     code_version=DATASETS.code_version(), inputs=inputs, rows_per_shard=rows_per_shard,
+                     partition_by="split", schema=PAIRS_SCHEMA) as w:
+        for b in range(spill.n_buckets):
+            cands = spill.read(b)
+            if cands is None:
+                continue
+            pairs, d = resolve_candidates(cands.drop(columns="_key"), cands["_key"].to_numpy(np.uint64), orphans)
+            dropped = {k: v + d[k] for k, v in dropped.items()}
+            count_pairs(pairs, counts)
+            for s in sample:
+                have = sum(map(len, sample[s]))
+                if have < PROBE_ROWS:
+                    sample[s].append(pairs[pairs["split"] == s].iloc[:PROBE_ROWS - have])
+            w.write(pairs)
+        stats = pair_stats(counts, dropped, split_of)
+        probe_rows = [f for v in sample.values() for f in v]
+        stats["probe"] = shortcut_probe(pd.concat(probe_rows, ignore_index=True) if probe_rows
+                                        else pd.DataFrame(columns=list(PAIR_COLUMNS)))
+        w.stats = stats
+    return stats
 
 
 # Stage contracts (see storage.contracts): what each text stage reads, writes, runs and is configured by.
 IMPORT = Stage("import-documents", "corpus.stages:import_documents", writes=("documents",),
                code=("crawler.csv_import", "crawler.records_import", "storage"), files=("input_path", "sources_csv"))
 CLEAN = Stage("clean", "corpus.stages:clean_stage", reads=("documents",), writes=("documents_clean", "rejects"),
-              code=("corpus.documents", "storage"), config=CleanConfig)
+              code=("corpus.documents", "corpus.dedup", "corpus.shards", "storage"), config=CleanConfig)
 SENTENCES = Stage("sentences", "corpus.stages:sentences_stage", reads=("documents_clean",), writes=("sentences",),
-                  code=("corpus.sentences", "storage"), config=SentenceConfig)
+                  code=("corpus.sentences", "corpus.shards", "storage"), config=SentenceConfig)
 SEGMENT_PLAN = Stage("segment-plan", "corpus.stages:segment_plan", reads=("sentences",), code=("storage.mapped",))
-SEGMENT_PART = Stage("segment-part", "corpus.stages:segment_part", reads=("sentences",), code=("corpus.segment", "storage.mapped"),
+SEGMENT_PART = Stage("segment-part", "corpus.stages:segment_part", reads=("sentences",),
+                     code=("corpus.segment", "corpus.shards", "storage.mapped", "storage.tables"),
                      files=("user_dict",), scratch=("cache/segments", "cache/parts/segment-part"))
 SEGMENT = Stage("segment", "corpus.stages:merge_segments", reads=("sentences",), writes=("segments",),
-                code=("corpus.segment", "storage.mapped"), files=("user_dict",),
+                code=("corpus.segment", "storage.mapped", "storage.tables"), files=("user_dict",),
                 scratch=("cache/segments", "cache/parts/segment-part"))
 VOCAB = Stage("vocab", "corpus.stages:vocab_stage", reads=("segments",), writes=("vocab",),
-              code=("corpus.vocab", "storage"), config=VocabConfig, files=("stopwords",))
+              code=("corpus.vocab", "corpus.shards", "storage"), config=VocabConfig, files=("stopwords",))
 DATASETS = Stage("datasets", "corpus.stages:datasets_stage", reads=("sentences", "documents_clean"),
-                 writes=("policysm1", "policysm2"), code=("corpus.pairs", "corpus.probe", "storage"), config=PairConfig)
+                 writes=("policysm1", "policysm2"), code=("corpus.pairs", "corpus.probe", "corpus.shards", "storage"),
+                 config=PairConfig)
 REPORT = Stage("dataset-report", "corpus.report:build_report",
                reads=("documents", "documents_clean", "rejects", "sentences", "vocab", "policysm1", "policysm2"),
                writes=("report",), code=("corpus.report",))

@@ -17,11 +17,13 @@ _LATIN_JUNK = re.compile(r"^(?:https?|www|com|cn|html?|pdf|org|net)$|^[A-Za-z]$"
 
 @dataclass(frozen=True)
 class VocabConfig:
-    """min_freq: keep words seen at least this often; min_len/max_len: word length bounds (chars)."""
+    """min_freq: keep words seen at least this often; min_len/max_len: word length bounds (chars);
+    shard_docs: documents the stage counts at a time (memory only: the output is the same for any value)."""
 
     min_freq: int = 10
     min_len: int = 2
     max_len: int = 5
+    shard_docs: int = 256
 
 
 def load_stopwords(path: str | os.PathLike | None) -> set[str]:
@@ -42,9 +44,51 @@ def keep_word(word: str, stopwords: set[str], cfg: VocabConfig) -> bool:
             and not _PUNCT.search(word) and not _DIGITS.match(word) and not _LATIN_JUNK.match(word))
 
 
+def count_words(segments: Iterable[Sequence[str]], doc_ids: Iterable[str], stopwords: set[str],
+                cfg: VocabConfig = VocabConfig()) -> tuple[Counter, Counter, int]:
+    """Counts of one group of whole documents: ``(freq, doc_freq, sentences)`` over the words that pass
+    :func:`keep_word`. Counts of groups that share no document add up to the counts of their union
+    (``Counter.update``), which is how the stage merges its per-group counts."""
+    freq: Counter = Counter()
+    docs_of: dict[str, set] = {}
+    n = 0
+    for words, doc in zip(segments, doc_ids):
+        n += 1
+        kept = [w for w in words if keep_word(w, stopwords, cfg)]
+        freq.update(kept)
+        for w in set(kept):
+            docs_of.setdefault(w, set()).add(doc)
+    return freq, Counter({w: len(d) for w, d in docs_of.items()}), n
+
+
+def vocab_table(freq: Counter, doc_freq: Counter, cfg: VocabConfig = VocabConfig()) -> pd.DataFrame:
+    """The words seen at least ``min_freq`` times: word, freq, doc_freq sorted by freq desc then word."""
+    rows = [(w, c, doc_freq[w]) for w, c in freq.items() if c >= cfg.min_freq]
+    vocab = pd.DataFrame(rows, columns=["word", "freq", "doc_freq"])
+    return vocab.sort_values(["freq", "word"], ascending=[False, True]).reset_index(drop=True)
+
+
+def covered_sentences(segments: Iterable[Sequence[str]], words: set[str]) -> int:
+    """How many sentences hold at least one word of ``words`` (vocab words all pass :func:`keep_word`,
+    so the raw words can be looked up)."""
+    return sum(1 for ws in segments if any(w in words for w in ws))
+
+
+def vocab_stats(vocab: pd.DataFrame, candidates: int, sentences: int, covered: int) -> dict:
+    """size, candidates, sentences, sentence_coverage (share with >= 1 vocab word), top_words (20)."""
+    return {
+        "size": int(len(vocab)),
+        "candidates": int(candidates),
+        "sentences": int(sentences),
+        "sentence_coverage": covered / sentences if sentences else 0.0,
+        "top_words": [[w, int(c)] for w, c in zip(vocab["word"][:20], vocab["freq"][:20])],
+    }
+
+
 def build_vocab(segments: Iterable[Sequence[str]], doc_ids: Iterable[str], stopwords: set[str],
                 cfg: VocabConfig = VocabConfig()) -> tuple[pd.DataFrame, dict]:
-    """Count words over all sentences and keep the frequent ones.
+    """Count words over all sentences and keep the frequent ones (in memory; the stage streams the same
+    functions over groups of documents).
 
     Args:
         segments: words per sentence; doc_ids: the document of each sentence (same order).
@@ -54,25 +98,8 @@ def build_vocab(segments: Iterable[Sequence[str]], doc_ids: Iterable[str], stopw
         stats has size, sentences, sentence_coverage (share of sentences with >= 1 vocab word),
         top_words (20) and candidates counted.
     """
-    freq: Counter = Counter()
-    docs_of: dict[str, set] = {}
-    seg_list = []
-    for words, doc in zip(segments, doc_ids):
-        kept = [w for w in words if keep_word(w, stopwords, cfg)]
-        seg_list.append(kept)
-        freq.update(kept)
-        for w in set(kept):
-            docs_of.setdefault(w, set()).add(doc)
-    rows = [(w, c, len(docs_of[w])) for w, c in freq.items() if c >= cfg.min_freq]
-    vocab = pd.DataFrame(rows, columns=["word", "freq", "doc_freq"])
-    vocab = vocab.sort_values(["freq", "word"], ascending=[False, True]).reset_index(drop=True)
-    words = set(vocab["word"])
-    covered = sum(1 for kept in seg_list if any(w in words for w in kept))
-    stats = {
-        "size": int(len(vocab)),
-        "candidates": int(len(freq)),
-        "sentences": len(seg_list),
-        "sentence_coverage": covered / len(seg_list) if seg_list else 0.0,
-        "top_words": [[w, int(c)] for w, c in zip(vocab["word"][:20], vocab["freq"][:20])],
-    }
-    return vocab, stats
+    segments = list(segments)
+    freq, doc_freq, n = count_words(segments, doc_ids, stopwords, cfg)
+    vocab = vocab_table(freq, doc_freq, cfg)
+    covered = covered_sentences(segments, set(vocab["word"]))
+    return vocab, vocab_stats(vocab, len(freq), n, covered)

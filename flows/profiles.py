@@ -54,7 +54,9 @@ class PipelineConfig:
                                         save_every=200)
     finetune: TrainConfig = TrainConfig(max_steps=1500, batch_size=32, lr=2e-4, log_every=250, eval_every=250,
                                         save_every=200)
-    finetune_max_eval: int | None = None
+    # dev/test pairs evaluated in fine-tuning (a seeded sample above it): 1x has ~4,000 per split, so this only
+    # bounds the evaluation cost of larger corpora (21x: ~86,000 per split) to the same budget
+    finetune_max_eval: int | None = 10_000
     chunks: ChunkConfig = ChunkConfig()
     index: IndexConfig = IndexConfig()
     embed_batch_size: int = 64

@@ -12,12 +12,13 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.atomic import atomic_write_bytes
+from storage.atomic import atomic_path, atomic_write_bytes
 from storage.hashing import file_sha256
 
 PARTS_ROOT = "cache/parts"
@@ -51,6 +52,44 @@ def write_part(df: pd.DataFrame, path: str | os.PathLike, **meta) -> dict:
     pq.write_table(table, buf, compression="zstd")
     atomic_write_bytes(path, buf.getvalue())
     return {**part_record(path), "rows": int(len(df)), **meta}
+
+
+def write_part_stream(frames: Iterable[pd.DataFrame | pa.Table], path: str | os.PathLike, schema: pa.Schema,
+                      **meta) -> dict:
+    """Write a part from ``frames`` (one zstd row group each, converted to ``schema``) atomically, holding one
+    frame at a time; returns its :func:`part_record` with ``rows`` and ``meta`` added. The bytes depend on
+    the frames' sizes (a part is an internal file; the merge reads its rows)."""
+    rows = 0
+    schema = schema.remove_metadata()
+    with atomic_path(path) as tmp:
+        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+            for frame in frames:
+                t = (pa.Table.from_pandas(frame, preserve_index=False, schema=schema)
+                     if isinstance(frame, pd.DataFrame) else frame).replace_schema_metadata(None)
+                rows += t.num_rows
+                writer.write_table(t)
+    return {**part_record(path), "rows": rows, **meta}
+
+
+def verify_parts(records: list[dict]) -> None:
+    """Check every part file of ``records`` against its sha256.
+
+    Raises:
+        StalePlanError: a part file is missing or its bytes differ from its record (re-run the parts).
+    """
+    for r in records:
+        p = Path(r["path"])
+        if not p.is_file() or file_sha256(p) != r["sha256"]:
+            raise StalePlanError(f"part file {p} is missing or changed since its part ran")
+
+
+def iter_parts(records: list[dict], columns: list[str] | None = None) -> Iterator[pa.Table]:
+    """The rows of the part files of ``records`` in order, one Arrow table per row group (call
+    :func:`verify_parts` first; memory: one row group)."""
+    for r in records:
+        pf = pq.ParquetFile(r["path"])
+        for i in range(pf.num_row_groups):
+            yield pf.read_row_group(i, columns=columns)
 
 
 def part_record(path: str | os.PathLike) -> dict:
