@@ -42,8 +42,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--registry", default=None, help="source registry for --input crawl (default crawler/sources.yaml)")
     p.add_argument("--refresh", action="store_true", help="with --input crawl: re-check fetched pages (conditional GET)")
     p.add_argument("--task-runner", default="threads", choices=("threads", "dask"),
-                   help="where mapped stages run: threads (default) or Dask (prefect-dask)")
-    p.add_argument("--dask-address", default=None, help="an existing Dask scheduler, e.g. tcp://host:8786")
+                   help="where mapped stages run: threads (default) or Dask (prefect-dask): a local cluster of "
+                        "--dask-workers processes, or the scheduler at --dask-address")
+    p.add_argument("--dask-address", default=None,
+                   help="with --task-runner dask: an existing Dask scheduler, e.g. tcp://host:8786 (its workers need "
+                        "this package, the data dir path and PREFECT_API_URL: a Prefect server they can reach)")
+    p.add_argument("--dask-workers", type=int, default=None,
+                   help="with --task-runner dask and no --dask-address: worker processes of the local cluster "
+                        "(one thread each; default 2)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                    help="override one profile setting, e.g. --set chunks.max_chars=500 (repeatable)")
     p.add_argument("--seeds", type=int, default=3, help="flows.ablation only: training seeds per model (mean ± std)")
@@ -51,6 +57,27 @@ def parser() -> argparse.ArgumentParser:
                    help="when another run holds the data dir: wait at most this long, then exit 2 "
                         "(0 = fail at once; default: wait until it ends)")
     return p
+
+
+def check_dask_options(args: argparse.Namespace) -> None:
+    """The Dask flags: ``--dask-address`` / ``--dask-workers`` only with ``--task-runner dask``; at least one
+    worker; an existing cluster only with ``PREFECT_API_URL`` set (its workers cannot reach the run's
+    temporary server on 127.0.0.1, and would start servers of their own: see :mod:`flows.runners`).
+
+    Raises:
+        ValueError: a one-line message naming the flag.
+    """
+    if args.task_runner != "dask":
+        if args.dask_address:
+            raise ValueError("--dask-address applies to --task-runner dask only")
+        if args.dask_workers is not None:
+            raise ValueError("--dask-workers applies to --task-runner dask only")
+        return
+    if args.dask_workers is not None and args.dask_workers < 1:
+        raise ValueError(f"--dask-workers {args.dask_workers}: need at least 1 worker process")
+    if args.dask_address and not os.environ.get("PREFECT_API_URL"):
+        raise ValueError(f"--dask-address {args.dask_address}: set PREFECT_API_URL to a Prefect server the Dask "
+                         "workers can reach (e.g. `prefect server start --host 0.0.0.0`)")
 
 
 def validate(args: argparse.Namespace) -> None:
@@ -76,6 +103,7 @@ def validate(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} {path}: not a checkpoint folder (no model.safetensors or pytorch_model.bin)")
     if args.word_backbone and not args.char_backbone:
         raise ValueError("--word-backbone needs --char-backbone (the word encoder is fused into a BERT char encoder)")
+    check_dask_options(args)
     if args.lock_timeout is not None and not args.lock_timeout >= 0:
         raise ValueError(f"--lock-timeout {args.lock_timeout}: must be >= 0 seconds")
     from flows.profiles import get_profile, with_settings

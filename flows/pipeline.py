@@ -47,6 +47,7 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     data_dir = str(Path(data_dir).resolve())
     clean_leftovers(data_dir)
     r = corpus_stages(cfg, data_dir, input, sources_csv, stopwords, registry, refresh, columns)
+    r = {k: v.result() if hasattr(v, "result") else v for k, v in r.items()}
     r.update(model_stages(cfg, data_dir, [r["vocab"], r["segment"], r["datasets"]], char_backbone, word_backbone))
     r.update(index_stages(cfg, data_dir, [r["finetune"]]))
     r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = preflight("flows.pipeline", argv, reexec=False)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    flow_ = policy_pipeline.with_options(task_runner=task_runner(args.task_runner, args.dask_address))
+    flow_ = policy_pipeline.with_options(task_runner=task_runner(args.task_runner, args.dask_address,
+                                                                 dask_workers=args.dask_workers))
     with exclusive_run(args):  # one run per data dir; stops orphaned servers; SIGTERM stops ours
         flow_(args.input, args.data_dir, args.profile, args.sources_csv, args.stopwords, args.char_backbone,
               args.word_backbone, args.registry, args.refresh, args.settings, column_mapping(args))

@@ -30,34 +30,38 @@ def _sibling(path: str, name: str) -> str | None:
 
 
 def mapped_stage(plan, part_task, n_parts: int, merge_task, data_dir: str, part_args: tuple = (),
-                 merge_args: tuple = (), merge_kwargs: dict | None = None):
+                 merge_args: tuple = (), merge_kwargs: dict | None = None, submit: bool = False):
     """Plan -> parts -> merge: ``part_task(data_dir, plan, i, *part_args)`` for each of ``n_parts`` parts on the
-    flow's task runner, then ``merge_task(data_dir, parts, *merge_args)`` with the parts' records in order.
+    flow's task runner, then ``merge_task(data_dir, parts, *merge_args)`` with the parts' records in order
+    (submitted to the runner too with ``submit``: then a future is returned, else the merge's result).
     The plan (a task future) is passed to every part, so each part's cache key sees exactly what it will do."""
     parts = part_task.map(unmapped(data_dir), unmapped(plan), range(n_parts), *[unmapped(a) for a in part_args])
-    return merge_task(data_dir, *merge_args, parts=parts, **(merge_kwargs or {}))
+    call = merge_task.submit if submit else merge_task
+    return call(data_dir, *merge_args, parts=parts, **(merge_kwargs or {}))
 
 
 def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: str | None = None,
                   stopwords: str | None = None, registry: str | None = None, refresh: bool = False,
                   columns: dict | None = None) -> dict:
     """Text stages; ``input`` is a CSV export, a JSON Lines / Parquet file read with the column mapping
-    ``columns``, or ``"crawl"``. Returns the stage futures/results by name."""
+    ``columns``, or ``"crawl"``. Every stage is submitted to the flow's task runner (threads, or Dask worker
+    processes with ``--task-runner dask``), so the whole text side runs where the runner puts it. Returns the
+    stage futures by name (the crawl's merge stats as a value)."""
     r: dict = {}
     if input == "crawl":
         r["import"] = crawl_sources(data_dir, registry, refresh)
     else:
         sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
         stopwords = stopwords or _sibling(input, "stopwords.txt")
-        r["import"] = M(T.import_documents, data_dir)(data_dir, str(Path(input).resolve()), sources_csv, columns)
-    r["clean"] = M(T.clean, data_dir)(data_dir, cfg.clean, wait_for=[r["import"]])
-    r["sentences"] = M(T.sentences, data_dir)(data_dir, cfg.sentences, wait_for=[r["clean"]])
-    plan = T.segment_plan(data_dir, cfg.segment_parts, wait_for=[r["sentences"]])
+        r["import"] = M(T.import_documents, data_dir).submit(data_dir, str(Path(input).resolve()), sources_csv, columns)
+    r["clean"] = M(T.clean, data_dir).submit(data_dir, cfg.clean, wait_for=[r["import"]])
+    r["sentences"] = M(T.sentences, data_dir).submit(data_dir, cfg.sentences, wait_for=[r["clean"]])
+    plan = T.segment_plan.submit(data_dir, cfg.segment_parts, wait_for=[r["sentences"]])
     r["segment"] = mapped_stage(plan, T.segment_part, cfg.segment_parts, M(T.segment, data_dir), data_dir,
-                                (cfg.segmenter,), (cfg.segmenter,))
-    r["vocab"] = M(T.vocab, data_dir)(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
-    r["datasets"] = M(T.datasets, data_dir)(data_dir, cfg.pairs, wait_for=[r["sentences"]])
-    r["report"] = M(T.dataset_report, data_dir)(data_dir, wait_for=[r["datasets"], r["vocab"]])
+                                (cfg.segmenter,), (cfg.segmenter,), submit=True)
+    r["vocab"] = M(T.vocab, data_dir).submit(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
+    r["datasets"] = M(T.datasets, data_dir).submit(data_dir, cfg.pairs, wait_for=[r["sentences"]])
+    r["report"] = M(T.dataset_report, data_dir).submit(data_dir, wait_for=[r["datasets"], r["vocab"]])
     return r
 
 

@@ -92,6 +92,8 @@ class WordMatcher:
         lengths = [len(w) for w in self.word_to_id] or [2]
         self.min_len, self.max_len = min(lengths), max(lengths)
         self.size = len(words) + 1
+        # every proper prefix of a word: a scan from a position stops at the first span that starts no word
+        self._prefixes = frozenset(w[:k] for w in self.word_to_id for k in range(1, len(w)))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "WordMatcher":
@@ -99,14 +101,24 @@ class WordMatcher:
         return cls([w for w in Path(path).read_text(encoding="utf-8").splitlines() if w])
 
     def match(self, chars: Sequence[str], offset: int = 0) -> list[tuple[int, int, int]]:
-        """``(start + offset, length, word_id)`` of all vocabulary words in ``chars``."""
-        out, get = [], self.word_to_id.get
-        n = len(chars)
+        """``(start + offset, length, word_id)`` of all vocabulary words in ``chars`` (lengths
+        ``min_len..max_len`` in chars), ordered by start, then length.
+
+        Each start extends its span one char at a time while the span is a prefix of some word, so the
+        cost is linear in ``len(chars)`` times the longest matching prefix, whatever the vocabulary size.
+        """
+        out, get, prefixes = [], self.word_to_id.get, self._prefixes
+        lo, hi, n = self.min_len, self.max_len, len(chars)
         for i in range(n):
-            for ln in range(self.min_len, min(self.max_len, n - i) + 1):
-                wid = get("".join(chars[i:i + ln]))
-                if wid:
-                    out.append((i + offset, ln, wid))
+            span = ""
+            for ln in range(1, min(hi, n - i) + 1):
+                span += chars[i + ln - 1]
+                if ln >= lo:
+                    wid = get(span)
+                    if wid:
+                        out.append((i + offset, ln, wid))
+                if span not in prefixes:
+                    break
         return out
 
 
@@ -122,13 +134,21 @@ class Encoded:
 
 def truncate_pair(a: list, b: list | None, max_tokens: int) -> tuple[list, list | None]:
     """Longest-first truncation so that ``len(a) + len(b) <= max_tokens``."""
-    a, b = list(a), (list(b) if b is not None else None)
-    while len(a) + (len(b) if b is not None else 0) > max_tokens:
-        if b is not None and len(b) > len(a):
-            b.pop()
-        else:
-            a.pop()
-    return a, b
+    if b is None:
+        return list(a[:max(max_tokens, 0)]), None
+    la, lb = _truncated_lengths(len(a), len(b), max_tokens)
+    return list(a[:la]), list(b[:lb])
+
+
+def _truncated_lengths(la: int, lb: int, max_tokens: int) -> tuple[int, int]:
+    """Lengths after longest-first truncation (drop from the longer side, from ``a`` on a tie) in O(1):
+    the shorter side is kept whole when the longer one can absorb the cut, else both end near half."""
+    m = max(max_tokens, 0)
+    if la + lb <= m:
+        return la, lb
+    if la >= lb:
+        return (m - lb, lb) if m - lb >= lb else (m // 2, m - m // 2)
+    return (la, m - la) if m - la >= la else (m // 2, m - m // 2)
 
 
 def encode_chars(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncoder, max_len: int
@@ -162,10 +182,13 @@ def select_words(words: list[tuple[int, int, int]], max_words: int, rng: np.rand
     masked chars too but keeps those over the 10 % kept ones; dropping those as well is stricter
     (nothing about a predicted char reaches the word encoder) at the cost of a faint cue that a
     kept char is a target."""
-    if mlm_labels is not None:
-        hidden = np.flatnonzero(np.asarray(mlm_labels) != -100)
-        if len(hidden):
-            words = [w for w in words if not np.any((hidden >= w[0]) & (hidden < w[0] + w[1]))]
+    if mlm_labels is not None and words:
+        cum, c = [0], 0  # cum[p] = predicted positions before p
+        for lab in mlm_labels:
+            c += lab != -100
+            cum.append(c)
+        if c:
+            words = [w for w in words if cum[w[0] + w[1]] == cum[w[0]]]
     if words:
         order = rng.permutation(len(words))[:max_words]
         words = [words[i] for i in order]

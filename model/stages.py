@@ -25,10 +25,11 @@ from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
 from model.modeling import PolicyBertForPreTraining, PolicyBertModel
-from model.pretrain_data import PretrainDataConfig, build_pretrain_epoch
+from model.pretrain_data import READ_BATCH_ROWS, PretrainDataConfig, ShardedExamples, write_pretrain_epochs
 from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
 from storage.contracts import Stage
-from storage import atomic_path, manifest_fingerprint, read_manifest, read_table, write_table
+from storage import atomic_path, manifest_fingerprint, read_manifest, read_table
+from storage.tables import iter_table
 
 WORD_VOCAB = "word_vocab.txt"
 log = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ def tokenizer_stage(sentences_dir, out_dir, char_backbone: str | None = None, mi
         if char_backbone:
             vocab = Path(char_backbone, "vocab.txt").read_text(encoding="utf-8").splitlines()
         else:
-            vocab = build_char_vocab(read_table(sentences_dir, ["text"])["text"], min_freq)
+            vocab = build_char_vocab((t for df in iter_table(sentences_dir, ["text"], batch_rows=READ_BATCH_ROWS)
+                                      for t in df["text"]), min_freq)
         save_char_tokenizer(vocab, tmp)
         (tmp / "inputs.json").write_text(json.dumps({"sentences": manifest_fingerprint(sentences_dir),
                                                      "char_backbone": char_backbone}))
@@ -63,22 +65,21 @@ def tokenizer_stage(sentences_dir, out_dir, char_backbone: str | None = None, mi
 def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, split_of: dict[str, str],
                         out_root, cfg: PretrainDataConfig, epochs: int) -> dict:
     """``pretrain/epoch=N/`` tables (split=train/dev/test) for N in 0..epochs-1, written as one folder
-    (atomically: a reader sees the previous epochs or the new ones, never a mix)."""
-    sents = read_table(sentences_dir, ["doc_id", "sent_idx", "text"])
-    segs = read_table(segments_dir)
+    (atomically: a reader sees the previous epochs or the new ones, never a mix), streaming shard by shard
+    and document group by group (:func:`model.pretrain_data.write_pretrain_epochs`: memory bounded by the
+    shard and group sizes, time linear in the sentences). Returns ``{"epoch=N": stats}``.
+
+    Raises:
+        ValueError: a sentence's document has no split; storage.TableError: a missing input table.
+    """
     enc = CharEncoder.from_dir(tokenizer_dir)
     matcher = WordMatcher.from_file(Path(vocab_dir) / "vocab.txt")
     inputs = {"sentences": manifest_fingerprint(sentences_dir), "segments": manifest_fingerprint(segments_dir),
               "vocab": manifest_fingerprint(vocab_dir)}
-    out = {}
     with atomic_path(out_root) as tmp:
         tmp.mkdir(parents=True)
-        for epoch in range(epochs):
-            df, stats = build_pretrain_epoch(sents, segs, split_of, enc, matcher, cfg, epoch)
-            write_table(df, tmp / f"epoch={epoch}", name="pretrain", config={**asdict(cfg), "epoch": epoch},
-                        code_version=PRETRAIN_DATA.code_version(), inputs=inputs, stats=stats, partition_by="split")
-            out[f"epoch={epoch}"] = stats
-    return out
+        return write_pretrain_epochs(sentences_dir, segments_dir, split_of, enc, matcher, cfg, epochs, tmp,
+                                     config=asdict(cfg), code_version=PRETRAIN_DATA.code_version(), inputs=inputs)
 
 
 def pretrain_inputs_stage(sentences_dir, segments_dir, vocab_dir, clean_dir, tokenizer_dir, out_root,
@@ -111,8 +112,13 @@ def batch_collator(config, pad_id: int) -> Callable[[list[dict]], dict]:
     return fn
 
 
-def _examples(df: pd.DataFrame) -> list[dict]:
-    return df.to_dict("records")
+def heldout_examples(epoch_dir, max_examples: int, seed: int) -> list[dict]:
+    """Up to ``max_examples`` example dicts drawn at random (seeded) from the dev and test rows of a
+    pretraining epoch table, read shard by shard (only the shards holding drawn rows are loaded)."""
+    view = ShardedExamples(epoch_dir, splits=("dev", "test"), cache_shards=1)
+    n = len(view)
+    pick = np.random.default_rng(seed).choice(n, max_examples, replace=False) if n > max_examples else np.arange(n)
+    return view.rows(pick)
 
 
 def _state_dir(out_dir) -> Path:
@@ -126,7 +132,10 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
                    on_step: Callable[[int, int], None] | None = None) -> dict:
     """Pretrain PolicyBERT (MLM + NSP) on ``pretrain/epoch=*/split=train`` (epoch e uses the data
     of epoch ``e % epochs``), from scratch or initialised from local backbones (char: a BERT dir such
-    as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``.
+    as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``. An epoch is
+    read through :class:`model.pretrain_data.ShardedExamples` (a few shards in memory, shuffled within shard
+    windows per (seed, epoch)), never materialised; the held-out set is ``max_eval_examples`` rows drawn from
+    dev + test (:func:`heldout_examples`).
 
     Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
     and saves the checkpoint with ``metrics.json`` (incl. the backbone init report) atomically.
@@ -153,20 +162,11 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     init_report = init_from_backbones(model, char_backbone, word_backbone, word_list) if (
         char_backbone or word_backbone) else None
     fn = batch_collator(config, enc.pad)
-    cache: dict[int, list] = {}
 
-    def epoch_data(e: int) -> list[dict]:
-        k = e % epochs
-        if k not in cache:
-            cache.clear()
-            cache[k] = _examples(read_table(Path(pretrain_root) / f"epoch={k}", partition={"split": "train"}))
-        return cache[k]
+    def epoch_data(e: int) -> ShardedExamples:  # streamed: a few shards in memory at a time
+        return ShardedExamples(Path(pretrain_root) / f"epoch={e % epochs}", splits=("train",))
 
-    held = read_table(Path(pretrain_root) / "epoch=0")
-    held = held[held["split"] != "train"]
-    if len(held) > max_eval_examples:
-        held = held.sample(max_eval_examples, random_state=cfg.seed)
-    held = _examples(held)
+    held = heldout_examples(Path(pretrain_root) / "epoch=0", max_eval_examples, cfg.seed)
     curve_set = held[:max(1, min(len(held), max_eval_examples // 4))]  # the learning curve's eval points
     run = train(model, epoch_data, fn, TrainConfig(**{**asdict(cfg), "epochs": cfg.epochs * epochs}), log_fn,
                 state_dir=_state_dir(out_dir), on_step=on_step,
@@ -278,7 +278,8 @@ PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
                       code=("model.pretrain_data", "model.features", "corpus.pairs", "storage"),
                       config=PretrainDataConfig, files=("char_backbone",))
 PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab"), writes=("{out}",),
-                 code=("model.training", "model.modeling", "model.backbones", "model.features", "storage"),
+                 code=("model.training", "model.modeling", "model.backbones", "model.features", "model.pretrain_data",
+                       "storage"),
                  config=TrainConfig, files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"})
 FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"), writes=("{out}",),
                  code=("model.training", "model.modeling", "model.baselines", "model.features", "storage"),

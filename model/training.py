@@ -93,16 +93,29 @@ def autocast(device: torch.device):
     return torch.autocast("cpu", enabled=False)
 
 
-def batches(n: int, batch_size: int, rng: np.random.Generator | None) -> list[np.ndarray]:
-    """Index batches over ``n`` examples, shuffled when ``rng`` is given."""
-    order = rng.permutation(n) if rng is not None else np.arange(n)
+def batches(n: int, batch_size: int, rng: np.random.Generator | None,
+            order: np.ndarray | None = None) -> list[np.ndarray]:
+    """Index batches over ``n`` examples: consecutive slices of ``order`` when given, else of a
+    permutation drawn from ``rng``, else of ``range(n)``."""
+    if order is None:
+        order = rng.permutation(n) if rng is not None else np.arange(n)
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
-def rank_batches(n: int, cfg: TrainConfig, epoch: int, rank: int = 0, nproc: int = 1) -> list[np.ndarray]:
+def epoch_order(data, cfg: TrainConfig, epoch: int) -> np.ndarray | None:
+    """The example order a data source imposes on ``epoch`` (its ``epoch_order(seed, epoch)``, e.g. a
+    streamed table's shard-window shuffle, :class:`model.pretrain_data.ShardedExamples`), or None for
+    a plain sequence (shuffled freely by :func:`rank_batches`)."""
+    fn = getattr(data, "epoch_order", None)
+    return fn(cfg.seed, epoch) if callable(fn) else None
+
+
+def rank_batches(n: int, cfg: TrainConfig, epoch: int, rank: int = 0, nproc: int = 1,
+                 order: np.ndarray | None = None) -> list[np.ndarray]:
     """The batches process ``rank`` of ``nproc`` runs in ``epoch``: every nproc-th batch of the
-    epoch's seeded shuffle, cut to the same count on every rank (at least 1)."""
-    idx = batches(n, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]))
+    epoch's order (``order``, a permutation of ``range(n)`` deterministic per (seed, epoch), or else a
+    seeded shuffle), cut to the same count on every rank (at least 1)."""
+    idx = batches(n, cfg.batch_size, np.random.default_rng([cfg.seed, epoch]), order)
     if len(idx) < nproc:  # fewer batches than ranks: repeat them, so that every rank steps (and syncs) alike
         idx = [idx[i % len(idx)] for i in range(nproc)]
     return idx[rank::nproc][: len(idx) // nproc]
@@ -191,7 +204,10 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
 
     Args:
         examples: example dicts understood by ``collate_fn``, or ``epoch -> examples`` (e.g. a new
-            masking per pretraining epoch).
+            masking per pretraining epoch); any indexable with ``len`` works, and one with an
+            ``epoch_order(seed, epoch)`` method (a streamed table, :class:`model.pretrain_data.ShardedExamples`)
+            is read in that order, so only a few of its shards are in memory at a time. The position
+            saved for a resume is (epoch, batch): the order is recomputed, so a resume is exact.
         state_dir: where training states go (every ``cfg.save_every`` steps); resumes from one found there.
         on_step: called as ``on_step(step, total_steps)`` after every optimiser step (progress, tests).
         evaluate: ``model -> metrics`` run on the main process only, at each epoch end (or every
@@ -264,7 +280,7 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
     tokens0 = pos["tokens"]
     while pos["step"] < total:
         data = get(pos["epoch"])
-        idx = rank_batches(len(data), cfg, pos["epoch"], rank, nproc)
+        idx = rank_batches(len(data), cfg, pos["epoch"], rank, nproc, epoch_order(data, cfg, pos["epoch"]))
         for k, batch in enumerate(_loader(data, idx[pos["batch"]:], collate_fn, cfg, device), start=pos["batch"]):
             batch = {key: v.to(device, non_blocking=True) for key, v in batch.items()}
             with acc.autocast():

@@ -246,3 +246,56 @@ json.dump({{"evals": len(calls), "steps": run["steps"], "processes": run["proces
     assert r0["steps"] == r1["steps"] == 10  # 40 examples / 4 = 10 batches -> 5 per rank per epoch, 2 epochs
     assert r0["evals"] == 2 and r1["evals"] == 0  # epoch 1 end + the last step, on rank 0 only
     assert json.loads((tmp_path / "state" / "trainer_state" / "position.json").read_text())["step"] == 10
+
+
+def test_pretraining_on_a_streamed_table_resumes_exactly(tmp_path):
+    """Pretraining reads its epochs through ShardedExamples (a few shards held, shard-window order per
+    (seed, epoch)); killed mid-epoch and resumed from the saved position (with 2 DataLoader worker
+    processes reading the shards), it ends on the same weights as a straight run in one process."""
+    from model.features import CharEncoder, WordMatcher, build_char_vocab
+    from model.pretrain_data import PretrainDataConfig, ShardedExamples, write_pretrain_epochs
+    from model.stages import batch_collator
+    from storage import write_table
+    from tests.test_pretrain_data import WORDS, _corpus
+
+    sents, segs = _corpus(9, 7, seed=4)
+    write_table(sents, tmp_path / "sentences", name="sentences", rows_per_shard=10)
+    write_table(segs, tmp_path / "segments", name="segments", rows_per_shard=10)
+    enc = CharEncoder({t: i for i, t in enumerate(build_char_vocab(sents["text"]))})
+    matcher = WordMatcher(WORDS)
+    split_of = {f"d{d}": "train" if d < 7 else "dev" for d in range(9)}
+    root = tmp_path / "pretrain"
+    root.mkdir()
+    write_pretrain_epochs(tmp_path / "sentences", tmp_path / "segments", split_of, enc, matcher,
+                          PretrainDataConfig(max_len=40, group_docs=3, rows_per_shard=8), 2, root)
+    opened: list[ShardedExamples] = []
+
+    def epochs(e):
+        opened.append(ShardedExamples(root / f"epoch={e % 2}", splits=("train",), cache_shards=2))
+        return opened[-1]
+
+    def model():
+        torch.manual_seed(0)
+        return PolicyBertForPreTraining(PolicyBertConfig(
+            vocab_size=enc.size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=48, num_word_layers=1, word_vocab_size=matcher.size, max_words=8))
+
+    cfg = TrainConfig(epochs=3, batch_size=8, lr=1e-3, save_every=2, log_every=100, seed=5, device="cpu")
+    fn = batch_collator(model().config, enc.pad)
+    straight = model()
+    r0 = train(straight, epochs, fn, cfg, log=lambda s: None)
+    assert len(opened[0]) == 42 and len(opened[0].shards) == 6 and r0["steps"] == 18  # 3 x ceil(42 / 8)
+    assert all(len(v._cache) <= 2 for v in opened) and opened[-1].loads == 6  # one pass: each shard read once
+
+    def kill_at_7(step, total):
+        if step == 7:
+            raise Kill()
+
+    workers = TrainConfig(**{**cfg.__dict__, "num_workers": 2})  # the view pickled into DataLoader workers
+    with pytest.raises(Kill):
+        train(model(), epochs, fn, workers, log=lambda s: None, state_dir=tmp_path / "state", on_step=kill_at_7)
+    resumed = model()
+    r1 = train(resumed, epochs, fn, workers, log=lambda s: None, state_dir=tmp_path / "state")
+    assert r1["resumed_from"] == 6 and r1["steps"] == 18
+    for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-6), n
