@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -97,19 +97,28 @@ def pretrain_inputs_stage(sentences_dir, segments_dir, vocab_dir, clean_dir, tok
 PLAIN_BERT = "plain"  # model_kwargs["fusion"] for the ablation's baseline: transformers' BertForPreTraining, no words
 
 
-def batch_collator(config, pad_id: int) -> Callable[[list[dict]], dict]:
-    """:func:`collate` for a model's config: a PolicyBERT config gets word ids and the matching matrix
-    (``max_words`` of the config); a plain BERT config gets the char inputs only."""
-    words = config.model_type == "policybert"
-    max_words = config.max_words if words else 1
+@dataclass(frozen=True)
+class BatchCollator:
+    """:func:`collate` with a model's word settings; a plain class (not a closure) so DataLoader worker
+    processes started with ``spawn`` can unpickle it. ``words``: PolicyBERT inputs (word ids and the matching
+    matrix, ``max_words`` per example); else the char inputs only (plain BERT)."""
 
-    def fn(examples: list[dict]) -> dict:
-        batch = collate(examples, max_words, pad_id)
-        if not words:
+    words: bool
+    max_words: int
+    pad_id: int
+
+    def __call__(self, examples: list[dict]) -> dict:
+        batch = collate(examples, self.max_words, self.pad_id)
+        if not self.words:
             del batch["word_ids"], batch["matching_matrix"]
         return batch
 
-    return fn
+
+def batch_collator(config, pad_id: int) -> Callable[[list[dict]], dict]:
+    """:class:`BatchCollator` for a model's config: a PolicyBERT config gets word ids and the matching matrix
+    (``max_words`` of the config); a plain BERT config gets the char inputs only."""
+    words = config.model_type == "policybert"
+    return BatchCollator(words, config.max_words if words else 1, pad_id)
 
 
 def heldout_examples(epoch_dir, max_examples: int, seed: int) -> list[dict]:

@@ -192,8 +192,11 @@ def _loader(data: Sequence[dict], idx: list[np.ndarray], collate_fn: Callable, c
     workers = cfg.num_workers if cfg.num_workers is not None else (2 if device.type == "cuda" else 0)
     # its own generator: creating the iterator would otherwise draw from the global RNG, so a run resumed
     # mid-epoch would see other dropout masks than an uninterrupted one
+    # workers are spawned, not forked: a fork of a process running Prefect (its API client, telemetry, event
+    # loops) or pyarrow's thread pools is not safe, and a forked worker's exit hooks failed the run
     return DataLoader(data, batch_sampler=[b.tolist() for b in idx], collate_fn=collate_fn, num_workers=workers,
-                      pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed))
+                      pin_memory=device.type == "cuda", generator=torch.Generator().manual_seed(cfg.seed),
+                      multiprocessing_context="spawn" if workers else None)
 
 
 def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg: TrainConfig, log: Log = print,
