@@ -94,6 +94,32 @@ class CrawlState:
             self._db.execute("INSERT OR REPLACE INTO extraction_failures VALUES (?, ?, ?, ?)",
                              (raw_sha256, extractor, reason, detail))
 
+    def import_source(self, path: str | os.PathLike, source_id: str) -> int:
+        """Copy the page records of ``source_id`` from another crawl state file (read-only; e.g. the single
+        ``crawl/state.sqlite`` of crawls before per-source partitions) where this state has none for a URL.
+        Extraction failures are not copied (they are re-derived). Returns the rows copied; 0 when ``path``
+        is missing or has no ``pages`` table."""
+        import sqlite3 as _sqlite
+
+        if not Path(path).is_file():
+            return 0
+        src = _sqlite.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            have = {r[1] for r in src.execute("PRAGMA table_info(pages)")}
+            cols = [c for c in COLUMNS if c in have]
+            if "url" not in have:
+                return 0
+            rows = src.execute(f"SELECT {', '.join(cols)} FROM pages WHERE source_id = ?", (source_id,)).fetchall()
+        finally:
+            src.close()
+        n = 0
+        for row in rows:
+            rec = dict(zip(cols, row))
+            if self.get(rec["url"]) is None:
+                self.put(rec)
+                n += 1
+        return n
+
     def frame(self) -> pd.DataFrame:
         """All records as a DataFrame (columns :data:`COLUMNS`)."""
         with self._lock:

@@ -290,7 +290,7 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
         if reuse and r.raw_sha256 in reuse:
             docs.append({**{c: reuse[r.raw_sha256].get(c) for c in DOCUMENT_COLUMNS}, "source_id": src.id,
                          "source": src.name, "url": r.url, "fetched_at": pd.Timestamp(r.fetched_at),
-                         "ocr": bool(reuse[r.raw_sha256].get("ocr", False))})
+                         "ocr": reuse[r.raw_sha256].get("ocr") is True})
             reused += 1
             continue
         known = state.extraction_failure(r.raw_sha256, version)

@@ -29,8 +29,13 @@ GONE_STATUS = (404, 410)
 
 
 def content_sha256(text: str | None) -> str:
-    """sha256 (hex) of a document's extracted text (UTF-8), the content hash of the diff."""
-    return hashlib.sha256((text or "").encode("utf-8")).hexdigest()
+    """sha256 (hex) of a document's extracted text (UTF-8; missing text hashes as ""), the diff's content hash."""
+    return hashlib.sha256((text if isinstance(text, str) else "").encode("utf-8")).hexdigest()
+
+
+def _old_hash(old: dict) -> str:
+    h = old.get("content_sha256")
+    return h if isinstance(h, str) and h else content_sha256(old.get("text"))
 
 
 def _ts(value) -> pd.Timestamp:
@@ -65,11 +70,11 @@ def crawl_diff(previous: pd.DataFrame | None, current: pd.DataFrame, gone: dict[
         if old is None:
             status, first, changed_at = "new", seen, seen
         else:
-            old_hash = old.get("content_sha256") or content_sha256(old.get("text"))
+            old_hash = _old_hash(old)
             status = "unchanged" if old_hash == h else "changed"
             first = _ts(old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"])
-            old_changed = old.get("last_changed")
-            changed_at = _ts(old_changed) if status == "unchanged" and pd.notna(old_changed) else seen
+            old_changed = old.get("last_changed") if pd.notna(old.get("last_changed")) else first
+            changed_at = _ts(old_changed) if status == "unchanged" else seen
         rows.append({**r, "first_seen": min(first, seen), "last_seen": seen, "last_changed": changed_at,
                      "content_sha256": h})
         diff.append((r["url"], r["source_id"], status, r["doc_id"], None if old is None else old["doc_id"], h, None))
@@ -81,7 +86,7 @@ def crawl_diff(previous: pd.DataFrame | None, current: pd.DataFrame, gone: dict[
             status = "dropped"
         else:
             status = "kept"
-        h = old.get("content_sha256") or content_sha256(old.get("text"))
+        h = _old_hash(old)
         if status == "kept":
             first = old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"]
             last = old.get("last_seen") if pd.notna(old.get("last_seen")) else old["fetched_at"]

@@ -438,6 +438,7 @@ def _walk_sitemaps(col: _Collector, entry: DiscoveryEntry, source: Source, fetch
     if res.stop == "failed":
         return res
     visited: set[str] = set()
+    failed = False  # a sitemap file that could not be fetched: the walk ends "failed", not "end"
     while queue:
         if res.pages >= max_pages:
             res.stop = "max_pages"
@@ -450,6 +451,8 @@ def _walk_sitemaps(col: _Collector, entry: DiscoveryEntry, source: Source, fetch
         res.pages += 1
         body = _inflate(page.body, cfg.max_gzip_bytes) if page is not None else None
         kind, items = _sitemap(body) if body else ("", [])
+        if page is None:
+            failed = True
         if kind == "index":
             kids = [(u, d) for u, d in items if col.on_host(u) and u not in visited]
             res.off_host += sum(1 for u, _ in items if not col.on_host(u))
@@ -460,7 +463,7 @@ def _walk_sitemaps(col: _Collector, entry: DiscoveryEntry, source: Source, fetch
         elif kind == "urlset":
             col.take([(u, d) for u, d in items if pattern is None or pattern.search(u)],
                      rank_limit=cfg.max_sitemap_urls)
-    res.stop = "end"
+    res.stop = "failed" if failed else "end"
     return res
 
 

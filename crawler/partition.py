@@ -27,6 +27,7 @@ from crawler.registry import Source, load_registry
 from crawler.sandbox import extractor_version
 from storage.mapped import read_parts, write_part
 
+LEGACY_STATE = "state.sqlite"  # the one crawl state of crawls before per-source partitions
 NETWORK_REASONS = ("connection_error", "timeout", "deadline", "truncated", "http_429")
 
 
@@ -84,8 +85,11 @@ def crawl_source(source: Source, crawl_root: str | os.PathLike, cfg: CrawlConfig
         SourceUnreachable: every request failed for a network reason.
     """
     sdir = Path(crawl_root) / "sources" / source.id
+    fresh = not (sdir / "state.sqlite").exists()
     state, archive = CrawlState(sdir / "state.sqlite"), RawArchive(crawl_root)
     try:
+        if fresh:  # a data dir crawled before per-source partitions: carry this source's records over
+            state.import_source(Path(crawl_root) / LEGACY_STATE, source.id)
         counts = crawl([source], state, archive, cfg, on_progress, before_request)
         if _unreachable(counts):
             raise SourceUnreachable(f"source {source.id} ({source.name}): every request failed: {counts['failed']}")
@@ -125,6 +129,8 @@ def merge_sources(records: list[dict], registry_ids: list[str], previous: pd.Dat
     """
     ok = [r for r in records if r.get("docs")]
     current = read_parts([r["docs"] for r in ok])
+    if len(current):  # a page registered under two sources belongs to the first in registry order
+        current = current.drop_duplicates("url").drop_duplicates("doc_id").reset_index(drop=True)
     failures = read_parts([r["fails"] for r in ok])
     cols = ["url", "source_id", "reason", "detail"]
     failures = failures if len(failures) else pd.DataFrame(columns=cols)

@@ -130,5 +130,4 @@ CRAWL_SOURCE = Stage("crawl-source", "crawler.stages:crawl_source_stage", reads=
                      config=CrawlConfig, files=("registry",), scratch=("crawl",))
 CRAWL_MERGE = Stage("crawl", "crawler.stages:merge_crawl", writes=("documents", "crawl_failures", "crawl_diff"),
                     code=_CODE, config=CrawlConfig, files=("registry",), scratch=("crawl",))
-CRAWL = CRAWL_MERGE
 STAGES = (CRAWL_SOURCE, CRAWL_MERGE)

@@ -87,9 +87,9 @@ def iter_parts(records: list[dict], columns: list[str] | None = None) -> Iterato
     """The rows of the part files of ``records`` in order, one Arrow table per row group (call
     :func:`verify_parts` first; memory: one row group)."""
     for r in records:
-        pf = pq.ParquetFile(r["path"])
-        for i in range(pf.num_row_groups):
-            yield pf.read_row_group(i, columns=columns)
+        with pq.ParquetFile(r["path"]) as pf:
+            for i in range(pf.num_row_groups):
+                yield pf.read_row_group(i, columns=columns)
 
 
 def part_record(path: str | os.PathLike) -> dict:

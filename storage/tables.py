@@ -370,14 +370,12 @@ def iter_table(table_dir: str | os.PathLike, columns: list[str] | None = None, *
         path = table_dir / s["path"]
         if verify and file_sha256(path) != s["sha256"]:
             raise TableError(f"shard {path} does not match its manifest sha256")
-        if batch_rows is None:
-            tables = [pq.read_table(path, columns=columns)]
-        else:
-            pf = pq.ParquetFile(path)
-            tables = (pa.Table.from_batches([b], schema=b.schema)
-                      for b in pf.iter_batches(batch_size=batch_rows, columns=columns))
-        for t in tables:
-            df = t.to_pandas()
-            for k, v in part.items():
-                df[k] = v
-            yield df
+        with pq.ParquetFile(path) as pf:  # closed even when the caller stops early
+            tables = ([pf.read(columns=columns)] if batch_rows is None else
+                      (pa.Table.from_batches([b], schema=b.schema)
+                       for b in pf.iter_batches(batch_size=batch_rows, columns=columns)))
+            for t in tables:
+                df = t.to_pandas()
+                for k, v in part.items():
+                    df[k] = v
+                yield df

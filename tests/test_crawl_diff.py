@@ -171,3 +171,28 @@ def test_scheduled_refresh_discovers_exactly_the_newly_published_documents(tmp_p
     assert set(diff.loc[diff.status == "new", "url"]) == {a.url(it.path) for it in published}
     assert second["diff"]["src-trs"] == {"new": 3, "changed": 0, "unchanged": 12, "gone": 0, "kept": 0, "dropped": 0}
     assert len(read_table(tmp_path / "data" / "documents")) == 15
+
+
+def test_a_page_of_two_sources_is_kept_once_and_an_old_single_state_is_carried_over(tmp_path):
+    """A URL registered under two sources is one document (the first source in registry order), and a data dir
+    crawled before per-source partitions (one ``crawl/state.sqlite``) is not fetched again."""
+    from crawler.archive import CrawlState, RawArchive
+    from crawler.crawl import crawl
+    from crawler.registry import load_registry
+
+    with hosts(_routes({"/doc/1.html": "共享文件。", "/doc/2.html": "乙站文件。"}), first_ip=80) as (a,):
+        shared = a.url("/doc/1.html")
+        reg = _registry(tmp_path / "sources.yaml", [
+            {"name": "甲", "id": "src-a", "hosts": [a.netloc], "seeds": [shared]},
+            {"name": "乙", "id": "src-b", "hosts": [a.netloc], "seeds": [shared, a.url("/doc/2.html")]}])
+        legacy = CrawlState(tmp_path / "data" / "crawl" / "state.sqlite")  # an older crawl of the same registry
+        crawl(load_registry(reg), legacy, RawArchive(tmp_path / "data" / "crawl"), FAST)
+        legacy.close()
+        hits = dict(a.hits)
+        stats = _run(tmp_path, reg)
+        again = {p: n - hits.get(p, 0) for p, n in a.hits.items() if p.startswith("/doc/")}
+        # the old state filed the shared page under one source: only the other one fetches it once more
+        assert again["/doc/2.html"] == 0 and again["/doc/1.html"] <= 1
+    docs = read_table(tmp_path / "data" / "documents")
+    assert docs["url"].tolist().count(shared) == 1 and docs.set_index("url").loc[shared, "source_id"] == "src-a"
+    assert docs["doc_id"].is_unique and stats["diff"]["all"]["new"] == 2
