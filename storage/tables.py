@@ -183,23 +183,9 @@ def read_table(table_dir: str | os.PathLike, columns: list[str] | None = None, *
     Raises:
         TableError: no manifest, or (``verify``) a shard whose sha256 differs.
     """
-    table_dir = Path(table_dir)
-    m = read_manifest(table_dir)
-    frames = []
-    for s in m["shards"]:
-        part = s.get("partition") or {}
-        if partition and any(part.get(k) != v for k, v in partition.items()):
-            continue
-        path = table_dir / s["path"]
-        if verify and file_sha256(path) != s["sha256"]:
-            raise TableError(f"shard {path} does not match its manifest sha256")
-        df = pq.read_table(path, columns=columns).to_pandas()
-        for k, v in part.items():
-            df[k] = v
-        frames.append(df)
+    frames = list(iter_table(table_dir, columns, partition=partition, verify=verify))
     if not frames:
-        cols = columns or [c for c in m["columns"]]
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=columns or list(read_manifest(table_dir)["columns"]))
     return pd.concat(frames, ignore_index=True)
 
 
