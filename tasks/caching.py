@@ -12,8 +12,12 @@ file named by its key exists. Otherwise the cached record is dropped and the sta
 folder deleted by hand, a profile switched A -> B -> A in one data dir).
 
 Results are JSON records in Prefect's local result storage. Before Prefect looks a key up, the key
-function parses the record as plain JSON and drops it unless it names the ``json`` serializer: a record
-edited to ``pickle`` is a cache miss, never deserialized.
+function parses the record as plain JSON (nothing in it is decoded or imported) and drops it unless every
+field is what this project writes (:func:`record_is_safe`): the ``json`` serializer with Prefect's own
+encoder/decoder and no extra arguments, no storage block, and a result whose JSON holds no object that
+Prefect's decoder would turn into a class or exception (``__class__`` / ``__exc_type__`` keys). A record
+edited to ``pickle``, to another decoder (any importable callable) or to a payload naming a class is a cache
+miss, never deserialized: the stage runs again and rewrites it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
+    if hasattr(value, "item") and type(value).__module__ == "numpy":  # numpy scalar -> int/float/bool
+        return value.item()
     return value
 
 
@@ -52,12 +58,51 @@ def record_path(key: str) -> Path:
     return Path(get_current_settings().results.local_storage_path).expanduser() / key
 
 
-def record_is_json(path: Path) -> bool:
-    """True when the cache record at ``path`` is a JSON document whose serializer is ``json`` (parsed as
-    plain JSON only: nothing in it is deserialized or run)."""
+#: The serializer fields of every record this project writes (``result_serializer="json"``, Prefect's defaults).
+PROJECT_SERIALIZER = {
+    "type": "json", "jsonlib": "json",
+    "object_encoder": "prefect.serializers.prefect_json_object_encoder",
+    "object_decoder": "prefect.serializers.prefect_json_object_decoder",
+    "dumps_kwargs": {}, "loads_kwargs": {},
+}
+_METADATA_KEYS = {"storage_key", "expiration", "serializer", "prefect_version", "storage_block_id"}
+_CODE_KEYS = ("__class__", "__exc_type__")  # what prefect_json_object_decoder resolves to a class by name
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+
+
+def _names_code(value: Any) -> bool:
+    """True when a plain-JSON value holds, at any depth, a dict that Prefect's JSON decoder would resolve to a
+    class or exception by name (iterative: no recursion limit)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if any(k in v for k in _CODE_KEYS):
+                return True
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+def record_is_safe(path: Path) -> bool:
+    """True when the cache record at ``path`` is exactly what this project writes (see the module docstring):
+    a JSON object ``{"metadata", "result"}`` whose serializer equals :data:`PROJECT_SERIALIZER`, with no
+    storage block, and whose ``result`` is JSON text naming no class. Parsed as plain JSON only: nothing in it
+    is deserialized, imported or run. Unreadable, oversized (> 64 MiB) or malformed records are False."""
     try:
-        return json.loads(path.read_bytes())["metadata"]["serializer"]["type"] == "json"
-    except (OSError, ValueError, KeyError, TypeError):
+        if path.stat().st_size > MAX_RECORD_BYTES:
+            return False
+        doc = json.loads(path.read_bytes())
+        meta = doc["metadata"] if isinstance(doc, dict) else None
+        if not isinstance(meta, dict) or set(doc) != {"metadata", "result"} or not set(meta) <= _METADATA_KEYS:
+            return False
+        if meta.get("serializer") != PROJECT_SERIALIZER or meta.get("storage_block_id") is not None:
+            return False
+        if not all(isinstance(meta.get(k), (str, type(None))) for k in ("storage_key", "expiration", "prefect_version")):
+            return False
+        return isinstance(doc["result"], str) and not _names_code(json.loads(doc["result"]))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
 
 
@@ -92,7 +137,7 @@ def stage_cache_key(stage: Stage, part: str | None = None) -> Callable[[Any, dic
         valid = (part_file(parts_dir(data_dir, stage), k, part).exists() if part is not None
                  else stage.outputs_carry(data_dir, k, parameters))
         record = record_path(k)
-        if record.exists() and not (valid and record_is_json(record)):
+        if record.exists() and not (valid and record_is_safe(record)):
             drop_record(k)
         return k
 
@@ -128,6 +173,17 @@ def _stamping(stage: Stage, fn: Callable) -> Callable:
     return run
 
 
+def _plain_result(fn: Callable) -> Callable:
+    """``fn`` with its result made plain JSON (:func:`jsonable`), so that its record names no class and is
+    read back by :func:`record_is_safe` as a hit, identical to what the first run returned."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return jsonable(fn(*args, **kwargs))
+
+    return run
+
+
 def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[[Callable], Any]:
     """Decorator: the Prefect task of ``stage``, named after it, cached by :func:`stage_cache_key`, its
     result persisted as JSON, its outputs stamped with the key after it ran.
@@ -137,7 +193,7 @@ def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[
     """
 
     def decorate(fn: Callable):
-        body = fn if part is not None or not stage.writes else _stamping(stage, fn)
+        body = _plain_result(fn if part is not None or not stage.writes else _stamping(stage, fn))
         return task(name=stage.name, cache_key_fn=stage_cache_key(stage, part), persist_result=True,
                     result_serializer="json", **options)(body)
 
