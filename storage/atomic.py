@@ -5,6 +5,7 @@ A reader never sees a half-written file: it sees the old version or the new one.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -12,6 +13,8 @@ import tempfile
 import uuid
 from pathlib import Path
 from typing import Iterator
+
+log = logging.getLogger(__name__)
 
 
 def _umask() -> int:
@@ -51,22 +54,37 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<uid>[0-9a-z_]{8})\.(?P<kind>tmp|old|d|lnk)$")
 
 
+def _own_version(path: Path) -> Path | None:
+    """The versioned sibling the link ``path`` names when this module made it (a bare name
+    ``.name.<uid>.d`` beside it); ``None`` for a link that names anything else (an absolute path, a path
+    with a folder part, a link into another disk): such a target is never deleted, the link is replaced."""
+    target = os.readlink(path)
+    m = _LEFTOVER.match(target)
+    if "/" not in target and m and m["kind"] == "d" and m["name"] == path.name:
+        return path.parent / target
+    log.warning("%s is a link to %s, not a version this pipeline wrote: the link is replaced, its target "
+                "is left untouched", path, target)
+    return None
+
+
 def _swap_folder(path: Path, built: Path) -> None:
     """Make ``path`` name the folder ``built`` with one rename: ``path`` is a relative symlink to a
     versioned sibling ``.name.<uid>.d``, replaced by ``os.replace`` of a new link. The previous version is
-    deleted after the switch. A real folder left at ``path`` by an older layout is moved aside first."""
+    deleted after the switch. A real folder left at ``path`` by an older layout is moved aside first.
+    A link at ``path`` that this module did not make (to a folder outside the data dir, say) is replaced
+    as a link: nothing it points to is followed or deleted."""
     uid = built.name.split(".")[-2]
     version = path.parent / f".{path.name}.{uid}.d"
     os.replace(built, version)
     link = path.parent / f".{path.name}.{uid}.lnk"
     os.symlink(version.name, link)
-    previous = path.parent / os.readlink(path) if path.is_symlink() else None
+    previous = _own_version(path) if path.is_symlink() else None
     if path.is_dir() and not path.is_symlink():
         old = path.parent / f".{path.name}.{uid}.old"
         os.replace(path, old)
         previous = old
     os.replace(link, path)
-    if previous is not None and previous.resolve() != version.resolve():
+    if previous is not None and not previous.is_symlink() and previous.resolve() != version.resolve():
         shutil.rmtree(previous, ignore_errors=True)
 
 
