@@ -9,6 +9,13 @@ first and each redirect target, passes one predicate (:class:`crawler.urlpolicy.
 Every request has a total deadline (connect + headers + body, :mod:`crawler.netguard`) besides the
 per-read timeout; bodies, robots.txt included, are streamed and their decoded size capped
 (``max_bytes``, ``max_robots_bytes``). Conditional GET with ETag / Last-Modified on refresh.
+
+robots.txt follows RFC 9309 §2.3.1: redirects followed (at most ``max_robots_redirects``, each target
+through the URL policy), 2xx parsed, other 4xx "unavailable" (everything allowed); 429, 5xx, a timeout
+or a connection failure "unreachable": the whole site is disallowed (``robots_unreachable``) and
+robots.txt is asked again after ``robots_retry`` seconds. A hostile response (a malformed redirect, a
+broken chunked body) is that URL's failure with its reason (``bad_redirect``, ``bad_response``): the
+fetcher never raises for what a server sends.
 """
 from __future__ import annotations
 
@@ -54,6 +61,8 @@ class FetchConfig:
     max_redirects: int = 5
     max_bytes: int = 50 * 1024 * 1024
     max_robots_bytes: int = 512 * 1024
+    max_robots_redirects: int = 5
+    robots_retry: float = 600.0
     obey_robots: bool = True
 
 
@@ -62,7 +71,7 @@ class FetchResult:
     """Outcome of one fetch. ``error`` is None on success (``status`` 200 or 304), else a reason
     such as ``robots_disallowed``, ``unregistered_host``, ``unsafe_url``, ``private_address``,
     ``redirect_loop``, ``too_large``, ``http_404``, ``timeout``, ``deadline``, ``connection_error``,
-    ``truncated``."""
+    ``truncated``, ``robots_unreachable``, ``bad_redirect``, ``bad_response``."""
 
     url: str
     final_url: str | None = None
@@ -99,6 +108,8 @@ class _Host:
         self.next_time = 0.0
         self.robots: Protego | None = None
         self.robots_loaded = False
+        self.robots_problem = ""      # why robots.txt is unreachable ("" when it was read or unavailable)
+        self.robots_retry_at = 0.0    # monotonic time after which an unreachable robots.txt is asked again
         self.crawl_delay = 0.0
 
 
@@ -180,6 +191,8 @@ class Fetcher:
             if isinstance(exc, requests.exceptions.Timeout):
                 raise _Fail("timeout", str(exc)[:200]) from exc
             raise _Fail("truncated", str(exc)[:200]) from exc
+        except (ValueError, OSError, requests.exceptions.RequestException) as exc:  # e.g. a negative chunk size
+            raise _Fail("bad_response", f"{type(exc).__name__}: {exc}"[:200]) from exc
         if w.expired:  # the socket was shut: the body may look complete but is not
             raise _Fail("deadline", f"response not read within {self.cfg.deadline} s")
         return b"".join(chunks)
@@ -198,13 +211,15 @@ class Fetcher:
                     try:
                         resp = host.session.get(url, headers=headers, allow_redirects=False, stream=True,
                                                 timeout=(self.cfg.connect_timeout, self.cfg.read_timeout))
-                    except requests.exceptions.RequestException as exc:
+                    except (requests.exceptions.RequestException, ValueError, OSError) as exc:
                         if w.blocked:
                             raise _Fail("private_address", f"{url}: {w.blocked}") from exc
                         if w.expired:
                             raise _Fail("deadline", f"no response within {self.cfg.deadline} s") from exc
                         if isinstance(exc, requests.exceptions.Timeout):
                             raise _Fail("timeout", str(exc)[:200]) from exc
+                        if not isinstance(exc, (requests.exceptions.ConnectionError, OSError)):
+                            raise _Fail("bad_response", f"{type(exc).__name__}: {exc}"[:200]) from exc
                         raise _Fail("connection_error", str(exc)[:200]) from exc
                     try:
                         status = resp.status_code
@@ -219,25 +234,56 @@ class Fetcher:
             finally:
                 host.next_time = time.monotonic() + max(self.cfg.delay, host.crawl_delay)
 
+    def _read_robots(self, url: str) -> tuple[Protego | None, str]:
+        """robots.txt of ``url``'s site per RFC 9309 §2.3.1: ``(rules, "")`` when read or unavailable (4xx:
+        everything allowed), ``(None, why)`` when unreachable (429, 5xx, network failure, a redirect the URL
+        policy refuses or that cannot be parsed)."""
+        p = urlsplit(url)
+        current = f"{p.scheme}://{p.netloc}/robots.txt"
+        for _ in range(self.cfg.max_robots_redirects + 1):
+            problem = self.policy.problem(current)
+            if problem is not None:
+                return None, f"robots.txt at {current} refused ({problem[0]})"
+            try:
+                r = self._request(self._host(urlsplit(current).netloc), current, {}, self.cfg.max_robots_bytes,
+                                  truncate=True)
+            except _Fail as f:
+                return None, f"robots.txt {f.reason}: {f.detail}"[:300]
+            if r.status in REDIRECT_STATUS:
+                try:
+                    current = urljoin(current, r.headers.get("Location", ""))
+                except ValueError as exc:
+                    return None, f"robots.txt redirect unparseable: {exc}"
+                continue
+            if r.status == 429 or r.status >= 500:
+                return None, f"robots.txt http_{r.status}"
+            text = r.body.decode("utf-8", "replace") if 200 <= r.status < 300 and r.body else ""
+            return Protego.parse(text), ""
+        log.info("%s: robots.txt redirected more than %d times, read as unavailable", p.netloc,
+                 self.cfg.max_robots_redirects)
+        return Protego.parse(""), ""
+
     def _robots(self, host: _Host, url: str) -> Protego | None:
+        """The robots rules of ``url``'s host (read once; asked again ``robots_retry`` s after it was
+        unreachable). None when robots are not obeyed; ``host.robots_problem`` set while unreachable."""
         if not self.cfg.obey_robots:
             return None
-        if not host.robots_loaded:
-            p = urlsplit(url)
-            try:
-                r = self._request(host, f"{p.scheme}://{p.netloc}/robots.txt", {}, self.cfg.max_robots_bytes,
-                                  truncate=True)
-                text = r.body.decode("utf-8", "replace") if r.status == 200 and r.body else ""
-            except _Fail as f:
-                log.info("%s: robots.txt not read (%s), crawling as allowed", p.netloc, f.reason)
-                text = ""  # unreachable robots.txt: allow, as Scrapy does
-            host.robots = Protego.parse(text)
-            delay = host.robots.crawl_delay(self.cfg.user_agent) or 0.0
+        if not host.robots_loaded or (host.robots_problem and time.monotonic() >= host.robots_retry_at):
+            netloc = urlsplit(url).netloc
+            rules, problem = self._read_robots(url)
+            host.robots_problem, host.robots_loaded = problem, True
+            if rules is None:
+                log.warning("%s: %s: the site is disallowed, robots.txt asked again in %s s", netloc, problem,
+                            self.cfg.robots_retry)
+                host.robots_retry_at = time.monotonic() + self.cfg.robots_retry
+                host.robots = Protego.parse("User-agent: *\nDisallow: /\n")
+                return host.robots
+            host.robots = rules
+            delay = rules.crawl_delay(self.cfg.user_agent) or 0.0
             if delay > self.cfg.max_crawl_delay:
-                log.warning("%s: robots Crawl-delay %s s capped at %s s", p.netloc, delay, self.cfg.max_crawl_delay)
+                log.warning("%s: robots Crawl-delay %s s capped at %s s", netloc, delay, self.cfg.max_crawl_delay)
                 delay = self.cfg.max_crawl_delay
             host.crawl_delay = delay
-            host.robots_loaded = True
         return host.robots
 
     def _once(self, url: str, validators: dict | None) -> FetchResult:
@@ -249,6 +295,8 @@ class Fetcher:
                 raise _Fail(*problem)
             host = self._host(urlsplit(current).netloc)
             robots = self._robots(host, current)
+            if host.robots_problem and robots is not None:
+                raise _Fail("robots_unreachable", f"{current}: {host.robots_problem}")
             if robots is not None and not robots.can_fetch(current, self.cfg.user_agent):
                 raise _Fail("robots_disallowed", current)
             headers = {}
@@ -260,7 +308,11 @@ class Fetcher:
             resp = self._request(host, current, headers, self.cfg.max_bytes)
             status = resp.status
             if status in REDIRECT_STATUS:
-                nxt = urljoin(current, resp.headers.get("Location", ""))
+                try:
+                    nxt = urljoin(current, resp.headers.get("Location", ""))
+                except ValueError as exc:  # e.g. "http://[::1/x": Invalid IPv6 URL
+                    raise _Fail("bad_redirect", f"Location {resp.headers.get('Location', '')[:200]!r}: {exc}",
+                                status=status) from exc
                 if nxt in seen:
                     raise _Fail("redirect_loop", " -> ".join(seen + [nxt]))
                 seen.append(nxt)
@@ -286,7 +338,12 @@ class Fetcher:
         while True:
             attempts += 1
             try:
-                res = self._once(url, validators)
+                try:
+                    res = self._once(url, validators)
+                except _Fail:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - what a hostile server sends is this URL's failure only
+                    raise _Fail("bad_response", f"{type(exc).__name__}: {exc}"[:300]) from exc
                 res.attempts = attempts
                 res.fetched_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
                 return res

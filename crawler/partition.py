@@ -28,7 +28,7 @@ from crawler.sandbox import extractor_version
 from storage.mapped import read_parts, write_part
 
 LEGACY_STATE = "state.sqlite"  # the one crawl state of crawls before per-source partitions
-NETWORK_REASONS = ("connection_error", "timeout", "deadline", "truncated", "http_429")
+NETWORK_REASONS = ("connection_error", "timeout", "deadline", "truncated", "http_429", "robots_unreachable")
 
 
 class SourceUnreachable(RuntimeError):

@@ -139,10 +139,11 @@ def test_failing_listing_hosts_do_not_stop_the_other_sources(tmp_path):
         state = CrawlState(tmp_path / "s.sqlite")
         counts = crawl(sources, state, RawArchive(tmp_path), CFG)
         assert set(doc_hits(good, cat).values()) == {1} and counts["by_source"]["src-good"]["fetched"] == 2 + 6
-        assert counts["failed"] == {"http_500": 1, "connection_error": 1}
+        # robots.txt answering 500 or refusing the connection closes the site (RFC 9309 §2.3.1.4)
+        assert counts["failed"] == {"robots_unreachable": 2}
         assert counts["by_source"]["src-500"]["failed"] == counts["by_source"]["src-refused"]["failed"] == 1
         rec = state.get(bad.url("/xxgk/tz/index.html"))
-        assert rec["kind"] == "listing" and rec["error"] == "http_500"
+        assert rec["kind"] == "listing" and rec["error"] == "robots_unreachable" and "http_500" in rec["detail"]
     state.close()
 
 

@@ -1,0 +1,87 @@
+"""Hostile hosts, second round, on real local servers (127.0.0.x): a malformed redirect or chunked body is
+one URL's recorded failure (the source goes on); robots.txt per RFC 9309 (unreachable -> disallowed,
+redirects followed); listing pages parsed in time linear in links + patterns."""
+import tempfile
+import time
+from pathlib import Path
+
+from crawler.archive import CrawlState, RawArchive
+from crawler.crawl import CrawlConfig, crawl
+from crawler.fetch import FetchConfig, Fetcher
+from crawler.registry import Source
+from tests.http_hosts import hosts, send
+
+FAST = FetchConfig(delay=0.02, retries=1, backoff=0.02, connect_timeout=1, read_timeout=1, deadline=5,
+                   max_retry_after=0.3, max_crawl_delay=0.2, robots_retry=0.3)
+
+
+def page(body: bytes, ctype="text/html; charset=utf-8"):
+    return lambda h: send(h, 200, body, ctype)
+
+
+def raw(data: bytes):
+    """A route that writes ``data`` as the whole response (status line included), then closes."""
+    def route(h):
+        h.wfile.write(data)
+        h.wfile.flush()
+        h.close_connection = True
+    return route
+
+
+def negative_chunk(h):
+    raw(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"-5\r\nhello\r\n0\r\n\r\n")(h)
+
+
+def test_malformed_redirect_and_chunked_body_are_recorded_failures_and_the_source_goes_on():
+    routes = {"/robots.txt": page(b"User-agent: *\nAllow: /\n", "text/plain"),
+              "/v6": lambda h: send(h, 302, b"", headers={"Location": "http://[::1/x"}),
+              "/chunk": negative_chunk, "/good": page(b"<html><body><p>good page</p></body></html>")}
+    with hosts(routes) as (a,), tempfile.TemporaryDirectory() as d:
+        src = Source(name="s", id="s", hosts=(a.netloc,), allow_private_addresses=True,
+                     seeds=(a.url("/v6"), a.url("/chunk"), a.url("/good")))
+        state, archive = CrawlState(Path(d) / "state"), RawArchive(Path(d) / "raw")
+        counts = crawl([src], state, archive, CrawlConfig(fetch=FAST))
+        assert counts["fetched"] == 1 and counts["failed"] == {"bad_response": 2}
+        got = {u.rsplit("/", 1)[1]: (r["error"], r["detail"]) for u in src.seeds for r in [state.get(u)]}
+        assert got["good"][0] is None
+        assert got["v6"][0] == "bad_response" and "Invalid IPv6 URL" in got["v6"][1]
+        assert got["chunk"][0] == "bad_response" and got["chunk"][1]
+        again = crawl([src], state, archive, CrawlConfig(fetch=FAST, refresh=True))  # the next refresh too
+        assert again["failed"] == {"bad_response": 2} and a.hits["/good"] == 2
+
+
+def _fetch_private(routes, fetch_cfg=FAST):
+    with hosts(routes) as (a,):
+        f = Fetcher({a.netloc}, fetch_cfg, allow_private=True)
+        return f.fetch(a.url("/private/x")), a.hits
+
+
+def test_robots_5xx_timeout_and_redirect_to_disallow_keep_the_site_closed():
+    disallow = page(b"User-agent: *\nDisallow: /private/\n", "text/plain")
+    secret = page(b"<p>secret</p>")
+    res, hits = _fetch_private({"/robots.txt": lambda h: send(h, 503, b"busy"), "/private/x": secret})
+    assert res.error == "robots_unreachable" and "http_503" in res.detail and "/private/x" not in hits
+    res, hits = _fetch_private({"/robots.txt": lambda h: time.sleep(3), "/private/x": secret})
+    assert res.error == "robots_unreachable" and "/private/x" not in hits
+    res, hits = _fetch_private({"/robots.txt": lambda h: send(h, 301, b"", headers={"Location": "/r1"}),
+                                "/r1": lambda h: send(h, 302, b"", headers={"Location": "/real-robots"}),
+                                "/real-robots": disallow, "/private/x": secret})
+    assert res.error == "robots_disallowed" and "/private/x" not in hits and hits["/real-robots"] == 1
+
+
+def test_robots_4xx_allows_and_unreachable_robots_is_asked_again_later():
+    res, hits = _fetch_private({"/robots.txt": lambda h: send(h, 404, b"none"), "/private/x": page(b"<p>x</p>")})
+    assert res.ok and hits["/private/x"] == 1
+    state = {"n": 0}
+
+    def robots(h):
+        state["n"] += 1
+        send(h, 503, b"busy") if state["n"] == 1 else send(h, 200, b"User-agent: *\nAllow: /\n", "text/plain")
+
+    with hosts({"/robots.txt": robots, "/private/x": page(b"<p>x</p>")}) as (a,):
+        f = Fetcher({a.netloc}, FAST, allow_private=True)
+        assert f.fetch(a.url("/private/x")).error == "robots_unreachable"
+        assert f.fetch(a.url("/private/x")).error == "robots_unreachable"  # not asked again yet
+        time.sleep(0.35)
+        assert f.fetch(a.url("/private/x")).ok and a.hits["/robots.txt"] == 2
