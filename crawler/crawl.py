@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import pandas as pd
 
 from crawler.archive import CrawlState, RawArchive
-from crawler.discovery import DiscoveryConfig, Page, discover
+from crawler.discovery import DiscoveryConfig, ListingTimeout, Page, discover
 from crawler.extract import ExtractConfig
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.registry import ROBOTS, DiscoveryEntry, Source
@@ -181,9 +181,13 @@ class _Crawl:
         try:
             d = discover(entry, src, lambda u: self.fetch_listing(u, src), self.known, self.cfg.discovery)
         except Exception as exc:  # noqa: BLE001 - a parser bug on one hostile page must not stop the other sources
-            log.exception("discovery of %s (%s) failed", entry.url, src.id)
-            self.counts.add("failed", src=src, sub="discovery_error")
-            self.state.put({"url": entry.url, "source_id": src.id, "kind": "listing", "error": "discovery_error",
+            reason = "listing_timeout" if isinstance(exc, ListingTimeout) else "discovery_error"
+            if reason == "listing_timeout":
+                log.warning("discovery of %s (%s): %s", entry.url, src.id, exc)
+            else:
+                log.exception("discovery of %s (%s) failed", entry.url, src.id)
+            self.counts.add("failed", src=src, sub=reason)
+            self.state.put({"url": entry.url, "source_id": src.id, "kind": "listing", "error": reason,
                             "detail": f"{type(exc).__name__}: {exc}"[:500], "attempts": 0})
             return []
         with self.lock:
@@ -235,7 +239,8 @@ def crawl(sources: list[Source], state: CrawlState, archive: RawArchive, cfg: Cr
     between calls (its per-host politeness then spans them); by default one on the sources' hosts.
 
     Returns counts: ``fetched`` (documents and listing pages), ``not_modified``, ``skipped`` (fetched
-    before), ``failed`` (reason -> n, ``discovery_error`` for an entry whose walk raised), ``discovered``
+    before), ``failed`` (reason -> n, ``discovery_error`` for an entry whose walk raised, ``listing_timeout`` for one
+    whose page took longer than ``max_parse_seconds`` to read), ``discovered``
     (distinct document URLs discovery found, per source, summed), ``discovered_new`` (of them, not
     fetched before), ``discovered_by_kind`` (kind -> URLs found), ``listing_pages`` (listing fetches that
     gave a page), ``known_stop`` / ``since_stop`` (entries whose paging stopped at a page of known items

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -64,12 +65,14 @@ class DiscoveryConfig:
     fetched per entry, the first included (an entry's own ``max_pages`` overrides it);
     ``max_links_per_page``: links taken from one listing page or feed; ``max_sitemap_urls``: URLs
     taken from one sitemap file; ``max_gzip_bytes``: inflated size cap of a gzipped sitemap (bytes);
+    ``max_parse_seconds``: time to read the links of one listing page (past it: :class:`ListingTimeout`);
     ``stop_on_known``: stop paging at a page whose items are all known."""
 
     max_pages: int = 10
     max_links_per_page: int = 200
     max_sitemap_urls: int = 2000
     max_gzip_bytes: int = 50 * 1024 * 1024
+    max_parse_seconds: float = 30.0
     stop_on_known: bool = True
 
 
@@ -148,14 +151,35 @@ def _html(page: Page):
         return None
 
 
-def _item_date(a, matched: set, url: str) -> dt.date | None:
+class ListingTimeout(ValueError):
+    """Reading the links of one listing page took longer than ``DiscoveryConfig.max_parse_seconds``."""
+
+
+def _matched_counts(matched: list) -> dict:
+    """Element -> number of links of ``matched`` in its subtree (itself included), capped at 2. Linear in
+    elements + links: a walk up from a link stops at the first ancestor already at 2 (every ancestor above
+    it is at 2 too), so each element is raised at most twice."""
+    counts: dict = {}
+    for el in matched:
+        while el is not None:
+            c = counts.get(el, 0)
+            if c >= 2:
+                break
+            counts[el] = c + 1
+            el = el.getparent()
+    return counts
+
+
+def _item_date(a, counts: dict, url: str) -> dt.date | None:
     """The date shown beside link ``a``: text of the nearest enclosing element (up to 4 levels) that
-    holds no other matching link, the link's own text left out; else the URL's date."""
+    holds no other matching link (``counts``: see :func:`_matched_counts`), the link's own text left
+    out; else the URL's date. The elements read hold ``a`` alone, so the text read over all links is at
+    most 4 times the page."""
     own = a.text_content()
     el = a
     for _ in range(4):
         el = el.getparent()
-        if el is None or any(x is not a and x in matched for x in el.iter("a")):
+        if el is None or counts.get(el, 0) > 1:
             break
         d = parse_date(el.text_content().replace(own, " ", 1))
         if d is not None:
@@ -163,12 +187,19 @@ def _item_date(a, matched: set, url: str) -> dt.date | None:
     return url_date(url)
 
 
-def html_items(root, base: str, pattern: re.Pattern | None, limit: int) -> list[tuple[str, dt.date | None]]:
+def html_items(root, base: str, pattern: re.Pattern | None, limit: int,
+               deadline: float | None = None) -> list[tuple[str, dt.date | None]]:
     """``(absolute URL, date)`` of the ``<a href>`` under ``root`` whose URL matches ``pattern`` (None:
-    every link), fragments dropped, first ``limit`` distinct URLs in document order."""
-    items, matched = {}, set()
-    pairs = []
-    for a in root.iter("a"):
+    every link), fragments dropped, first ``limit`` distinct URLs in document order. Time linear in the
+    page's elements and links.
+
+    Raises:
+        ListingTimeout: past ``deadline`` (``time.monotonic()`` seconds) while reading the links.
+    """
+    items, pairs = {}, []
+    for n, a in enumerate(root.iter("a")):
+        if deadline is not None and n % 1024 == 0 and time.monotonic() > deadline:
+            raise ListingTimeout(f"links not read in time ({n} links read)")
         href = (a.get("href") or "").strip()
         if not href or href.startswith(("javascript:", "mailto:", "#")):
             continue
@@ -178,10 +209,12 @@ def html_items(root, base: str, pattern: re.Pattern | None, limit: int) -> list[
             continue
         if urlsplit(u).scheme in ("http", "https") and (pattern is None or pattern.search(u)):
             pairs.append((a, u))
-            matched.add(a)
+    counts = _matched_counts([a for a, _ in pairs])
     for a, u in pairs:
-        if u not in items and len(items) < limit:
-            items[u] = _item_date(a, matched, u)
+        if len(items) >= limit:
+            break
+        if u not in items:
+            items[u] = _item_date(a, counts, u)
     return list(items.items())
 
 
@@ -321,21 +354,24 @@ def _paged_next(first: Page, entry: DiscoveryEntry):
     return url
 
 
-def _listing_items(kind: str, pattern: re.Pattern | None, limit: int):
+def _listing_items(kind: str, pattern: re.Pattern | None, limit: int, seconds: float | None = None):
     def items(page: Page) -> list[tuple[str, dt.date | None]]:
+        deadline = None if seconds is None else time.monotonic() + seconds
         root = _html(page)
         if root is None:
             return []
         base = _base_href(root, page.url)
         if kind != "hanweb":
-            return html_items(root, base, pattern, limit)
+            return html_items(root, base, pattern, limit, deadline)
         out: dict = {}
         for rec in _hanweb_records(root):
+            if deadline is not None and time.monotonic() > deadline:
+                raise ListingTimeout(f"records not read in time ({len(out)} links read)")
             try:
                 frag = lxml.html.fragment_fromstring(rec, create_parent="div")
             except (etree.ParserError, ValueError):
                 continue
-            for u, d in html_items(frag, base, pattern, limit):
+            for u, d in html_items(frag, base, pattern, limit, deadline):
                 out.setdefault(u, d)
         return list(out.items())[:limit]
     return items
@@ -558,5 +594,5 @@ def discover(entry: DiscoveryEntry, source: Source, fetch_page: FetchPage, is_kn
     nexts = {"trs": _trs_next, "hanweb": _hanweb_next, "paged": _paged_next, "links": lambda first, e: (lambda i: None)}
     if entry.kind not in nexts:
         raise ValueError(f"unknown discovery kind {entry.kind!r}")
-    items = _listing_items(entry.kind, pattern, cfg.max_links_per_page)
+    items = _listing_items(entry.kind, pattern, cfg.max_links_per_page, cfg.max_parse_seconds)
     return _walk_pages(col, entry, fetch_page, max_pages, nexts[entry.kind], items)
