@@ -108,6 +108,17 @@ def _looks_like_record(line: str, width: int) -> bool:
     return len(fields) == width and parse_pubtime(fields[1]) is not None and len(fields[1]) <= 40
 
 
+def _bad_utf8_line(path: Path) -> str:
+    """``"line N, byte K: "`` of the first physical line of ``path`` that is not UTF-8 ("" if none)."""
+    with open(path, "rb") as fh:
+        for n, line in enumerate(fh, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"line {n}, byte {exc.start + 1}: "
+    return ""
+
+
 def _read_records(path: Path, fh) -> tuple[list[str], list[tuple[int, int, list[str]]]]:
     """Header and ``(first line, last line, fields)`` per record, parsed strictly.
 
@@ -188,7 +199,7 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
         with open(path, encoding="utf-8-sig", newline="") as fh:
             header, records = _read_records(path, fh)
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+        raise InputError(f"{path}: {_bad_utf8_line(path)}not UTF-8 text ({exc.reason})") from exc
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
         raise InputError(f"{path}: CSV lacks required column(s) {', '.join(missing)} "
