@@ -45,7 +45,7 @@ def build(docs_csv: str, sources_csv: str) -> list[dict]:
     urls: dict[str, list[str]] = {}
     with open(sources_csv, encoding="utf-8-sig", newline="") as fh:
         for row in csv.DictReader(fh):
-            u = (row.get("url") or "").strip()
+            u = ((row.get("url") or "").split() or [""])[0]  # a remark after the URL ("… （中文链接）") is not part of it
             if u.startswith(("http://", "https://")):
                 urls.setdefault((row.get("describes") or "").strip(), []).append(u)
     sources: OrderedDict[str, dict] = OrderedDict()

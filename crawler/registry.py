@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from crawler.urlpolicy import UrlPolicy
+
 DEFAULT_REGISTRY = Path(__file__).with_name("sources.yaml")
 
 
@@ -93,13 +95,20 @@ class Source:
 
 
 def _url_problem(where: str, what: str, u: object, hosts: list) -> str | None:
-    parts = urlsplit(u) if isinstance(u, str) else None
+    """Why ``u`` cannot be a URL of this source (None if it can): not http(s), not what the fetcher's URL
+    policy accepts (whitespace, a control character, a backslash, userinfo, parsers that disagree: it would
+    be refused on every fetch), or on a host not in ``hosts``."""
     try:
+        parts = urlsplit(u) if isinstance(u, str) else None
         ok = parts is not None and parts.scheme in ("http", "https") and bool(parts.hostname)
     except ValueError:
         ok = False
     if not ok:
         return f"{where}: {what} {u!r} is not an http(s) URL"
+    try:
+        UrlPolicy((), resolve=False).parse(u)
+    except ValueError as exc:
+        return f"{where}: {what} {u!r} would be refused by the fetcher ({exc})"
     if hosts and parts.hostname not in hosts and parts.netloc not in hosts:
         return f"{where}: {what} {u} is on host {parts.hostname}, not in hosts {hosts}"
     return None

@@ -3,13 +3,15 @@
 
 Prints one JSON line per hit: score, dense_score, sparse_score, dense_rank, sparse_rank, mode, doc_id,
 external_id, title, source, url, start, end, text. An empty query, one over ``--max-query-chars`` chars
-or a ``-k`` outside 1..``--max-k`` is one ``error:`` line and exit 2, before anything loads. ``hybrid`` (default) fuses the dense and BM25 rankings with the
+a ``-k`` outside 1..``--max-k`` or a ``--min-score`` that is not a finite number (``nan``, ``inf``) is one
+``error:`` line and exit 2, before anything loads. ``hybrid`` (default) fuses the dense and BM25 rankings with the
 weights fitted when the index version was built (see ``retrieval.hybrid``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     limits = QueryLimits(max_k=args.max_k, max_chars=args.max_query_chars)
     try:  # before the index and the encoder load
         check_query(args.query, args.k, limits)
+        if args.min_score is not None and not math.isfinite(args.min_score):
+            raise QueryError(f"--min-score {args.min_score}: must be a finite number")
     except QueryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

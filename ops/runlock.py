@@ -12,6 +12,7 @@ No prefect import: the CLI takes the lock before anything else touches the data 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import socket
@@ -59,7 +60,7 @@ class Holder:
         try:
             proc = psutil.Process(self.pid)
             return self.create_time is None or abs(proc.create_time() - self.create_time) < 0.5
-        except psutil.Error:
+        except (psutil.Error, ValueError, TypeError, OverflowError):
             return False
 
 
@@ -97,11 +98,28 @@ def read_holder(data_dir: str | os.PathLike) -> Holder | None:
     """The live holder recorded for ``data_dir``; None when there is no record, it is unreadable, or
     its process has ended (a record left by a killed run)."""
     try:
-        raw = json.loads(holder_path(data_dir).read_text(encoding="utf-8"))
-        holder = Holder(**raw)
-    except (OSError, ValueError, TypeError):
+        holder = _parse_holder(json.loads(holder_path(data_dir).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
-    return holder if holder.is_alive() else None
+    return holder if holder is not None and holder.is_alive() else None
+
+
+def _parse_holder(raw) -> Holder | None:
+    """The :class:`Holder` of a parsed record when every field has the type and range this module writes
+    (pid a positive integer below 2**31, strings, argv a list of strings, create_time a finite number or
+    null), else None: a malformed or hostile record reads as no record."""
+    if not isinstance(raw, dict) or not set(raw) <= {"pid", "started", "argv", "host", "create_time"}:
+        return None
+    pid, created = raw.get("pid"), raw.get("create_time")
+    if type(pid) is not int or not 0 < pid < 2 ** 31 or not isinstance(raw.get("started"), str):
+        return None
+    argv = raw.get("argv", [])
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) \
+            or not isinstance(raw.get("host", ""), str):
+        return None
+    if created is not None and (type(created) not in (int, float) or not math.isfinite(created)):
+        return None
+    return Holder(**raw)
 
 
 def wait_for_holder(data_dir: str | os.PathLike, seconds: float = HOLDER_WAIT_S) -> Holder | None:

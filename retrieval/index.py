@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -202,10 +203,38 @@ def build_flat_index(vectors: np.ndarray, ids: np.ndarray) -> faiss.Index:
     return build_index(vectors, ids, IndexConfig(kind="flat"))
 
 
+_VERSION = re.compile(r"v[0-9]{1,9}")
+
+
+class IndexLoadError(ValueError):
+    """An index version that cannot be loaded: ``CURRENT`` naming something other than a version ``vN``
+    (a path such as ``../..``), or a ``manifest.json``, ``index.faiss`` or ``chunks.parquet`` that does
+    not read (truncated, overwritten, not what :func:`publish_index` writes)."""
+
+
+def check_version(name: str, where: str) -> str:
+    """``name`` when it is a version name ``vN`` (what :func:`publish_index` writes), never a path.
+
+    Raises:
+        IndexLoadError: naming ``where`` (the file or argument it came from).
+    """
+    if not _VERSION.fullmatch(name):
+        raise IndexLoadError(f"{where} names {name[:80]!r}, not an index version vN")
+    return name
+
+
 def current_version(index_root: str | os.PathLike) -> str | None:
-    """Name of the serving version (``vN``) or None when no index was published."""
+    """Name of the serving version (``vN``) or None when no index was published.
+
+    Raises:
+        IndexLoadError: ``CURRENT`` holds anything but a version name (``../..``, binary, a long text).
+    """
     p = Path(index_root) / CURRENT
-    return p.read_text().strip() if p.is_file() else None
+    if not p.is_file():
+        return None
+    with open(p, "rb") as fh:
+        raw = fh.read(256)
+    return check_version(raw.decode("utf-8", "replace").strip(), str(p))
 
 
 def publish_index(index_root: str | os.PathLike, index: faiss.Index, chunks: pd.DataFrame, manifest: dict,
@@ -239,14 +268,33 @@ def load_index(index_root: str | os.PathLike, version: str | None = None) -> tup
     """(index, chunks, manifest) of ``version`` (default: the serving one).
 
     Raises:
-        FileNotFoundError: no index has been published under ``index_root``.
+        FileNotFoundError: no index has been published under ``index_root``, or a file of it is missing.
+        IndexLoadError: ``CURRENT`` or ``version`` is not a version name; a file of the version is corrupt.
     """
     version = version or current_version(index_root)
     if version is None:
         raise FileNotFoundError(f"no index published under {index_root} (run the pipeline first)")
-    d = Path(index_root) / version
-    manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
-    return faiss.read_index(str(d / "index.faiss")), pd.read_parquet(d / "chunks.parquet"), manifest
+    d = Path(index_root) / check_version(version, "the requested version")
+    if not d.is_dir():
+        raise FileNotFoundError(f"index version {version} not found under {index_root}")
+    try:
+        manifest = json.loads((d / "manifest.json").read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise IndexLoadError(f"{d / 'manifest.json'}: not a readable manifest ({str(exc)[:120]})") from exc
+    if not isinstance(manifest, dict) or manifest.get("version") != version:
+        raise IndexLoadError(f"{d / 'manifest.json'}: not the manifest of version {version}")
+    try:
+        index = faiss.read_index(str(d / "index.faiss"))
+    except RuntimeError as exc:  # faiss reports a truncated or foreign file this way
+        raise IndexLoadError(f"{d / 'index.faiss'}: not a readable FAISS index "
+                             f"({str(exc).strip().splitlines()[-1][:160]})") from exc
+    try:
+        chunks = pd.read_parquet(d / "chunks.parquet")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise IndexLoadError(f"{d / 'chunks.parquet'}: not a readable chunks table ({str(exc)[:120]})") from exc
+    return index, chunks, manifest
 
 
 def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id: str, cfg: IndexConfig,
@@ -262,7 +310,12 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
     ids = chunks["chunk_id"].to_numpy(np.int64)
     reuse_rows, reuse_vecs, full, removed = [], None, True, 0
     if prev is not None:
-        pm = json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
+        try:
+            pm = json.loads((root / prev / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:  # corrupt serving version: nothing reused from it
+            log.warning("index %s: manifest not readable (%s); every chunk is embedded again", prev, exc)
+            pm = {}
+        pm = pm if isinstance(pm, dict) else {}
         emb = root / prev / "embeddings.npy"
         if pm.get("model_id") == model_id and emb.is_file():
             full = False
