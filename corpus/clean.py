@@ -9,6 +9,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
+from storage.bounds import check_bounds
+
 CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_CHAR = re.compile(f"[{CJK}]")
 # CJK characters plus full-width punctuation: context in which half-width marks become full width
@@ -173,6 +175,10 @@ class CleanConfig:
     num_perm: int = 128
     shingle: int = 5
     shard_docs: int = 256
+
+    def __post_init__(self):
+        check_bounds(self, min_chars=(0, None), min_cjk_ratio=(0, 1), near_dup_threshold=(">", 0, 1),
+                     num_perm=(1, 4096), shingle=(1, 1000), shard_docs=(1, 10_000_000))
 
 
 def clean_text(text: str) -> tuple[str, Counter]:

@@ -31,6 +31,8 @@ from typing import Iterable, Iterator
 import numpy as np
 import pandas as pd
 
+from storage.bounds import check_bounds, check_order
+
 SPLITS = ("train", "dev", "test")
 PAIR_COLUMNS = ("pair_id", "text_a", "text_b", "label", "kind", "gap", "doc_a", "doc_b", "split")
 CANDIDATE_COLUMNS = ("text_a", "text_b", "label", "kind", "gap", "doc_a", "doc_b", "split", "prio_split",
@@ -55,6 +57,20 @@ class PairConfig:
     max_clause_chars: int = 60
     group_docs: int = 64
     shard_docs: int = 256
+
+    def __post_init__(self):
+        check_bounds(self, seed=(0, 2 ** 32 - 1), reversed_share=(0, 1), sm2_negatives=(0, 1000),
+                     min_clause_chars=(1, None), max_clause_chars=(1, 1_000_000), group_docs=(1, 10_000_000),
+                     shard_docs=(1, 10_000_000))
+        check_order(self, "min_clause_chars", "max_clause_chars")
+        r = self.split_ratios
+        if not (isinstance(r, (tuple, list)) and len(r) == 3 and all(isinstance(x, (int, float))
+                and not isinstance(x, bool) and 0 <= x <= 1 for x in r) and abs(sum(r) - 1) < 1e-6 and r[0] > 0):
+            raise ValueError(f"PairConfig.split_ratios = {r!r}: must be 3 numbers in [0, 1] summing to 1 "
+                             "(train share > 0)")
+        if not (isinstance(self.gaps, (tuple, list)) and self.gaps and all(
+                isinstance(g, int) and not isinstance(g, bool) and 1 <= g <= 1000 for g in self.gaps)):
+            raise ValueError(f"PairConfig.gaps = {self.gaps!r}: must be a non-empty list of integers in [1, 1000]")
 
 
 def _rng(seed: int, *names: str) -> np.random.Generator:

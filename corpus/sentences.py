@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from storage.bounds import check_bounds, check_order
+
 END_MARKS = "。！？；!?;"
 _SENT = re.compile(f"[^{END_MARKS}\\n]*(?:[{END_MARKS}]+[”’」』）)]*|\\n|$)")
 _NUMERIC = re.compile(r"^[\d\s.,，。、%％\-—:：/()（）]+[。！？；!?;]?$")
@@ -27,6 +29,10 @@ class SentenceConfig:
     min_chars: int = 5
     max_chars: int = 256
     shard_docs: int = 256
+
+    def __post_init__(self):
+        check_bounds(self, min_chars=(0, None), max_chars=(1, 1_000_000), shard_docs=(1, 10_000_000))
+        check_order(self, "min_chars", "max_chars")
 
 
 def split_sentences(text: str, cfg: SentenceConfig = SentenceConfig()) -> list[str]:

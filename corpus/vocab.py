@@ -10,6 +10,8 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from storage.bounds import check_bounds, check_order
+
 _PUNCT = re.compile(r"[^\w]|_", re.UNICODE)
 _DIGITS = re.compile(r"^[\d０-９.%％]+$")
 _LATIN_JUNK = re.compile(r"^(?:https?|www|com|cn|html?|pdf|org|net)$|^[A-Za-z]$", re.IGNORECASE)
@@ -24,6 +26,10 @@ class VocabConfig:
     min_len: int = 2
     max_len: int = 5
     shard_docs: int = 256
+
+    def __post_init__(self):
+        check_bounds(self, min_freq=(1, None), min_len=(1, 64), max_len=(1, 64), shard_docs=(1, 10_000_000))
+        check_order(self, "min_len", "max_len")
 
 
 def load_stopwords(path: str | os.PathLike | None) -> set[str]:

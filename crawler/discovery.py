@@ -49,6 +49,7 @@ import lxml.html
 from lxml import etree
 
 from crawler.registry import ROBOTS, DiscoveryEntry, Source
+from storage.bounds import check_bounds
 
 TRS_DOC = r"/t\d{8}_\d+\.s?html?$"
 _DATE = re.compile(r"(?<!\d)((?:19|20)\d{2})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})(?!\d)")
@@ -74,6 +75,10 @@ class DiscoveryConfig:
     max_gzip_bytes: int = 50 * 1024 * 1024
     max_parse_seconds: float = 30.0
     stop_on_known: bool = True
+
+    def __post_init__(self):
+        check_bounds(self, max_pages=(1, 100_000), max_links_per_page=(1, 1_000_000),
+                     max_sitemap_urls=(1, 10_000_000), max_gzip_bytes=(1, 1 << 40), max_parse_seconds=(">", 0, 86400))
 
 
 @dataclass(frozen=True)

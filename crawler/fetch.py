@@ -33,6 +33,7 @@ from protego import Protego
 
 from crawler.netguard import Guard, Window, guarded_session
 from crawler.urlpolicy import UrlPolicy
+from storage.bounds import check_bounds
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 REDIRECT_STATUS = {301, 302, 303, 307, 308}
@@ -64,6 +65,13 @@ class FetchConfig:
     max_robots_redirects: int = 5
     robots_retry: float = 600.0
     obey_robots: bool = True
+
+    def __post_init__(self):
+        check_bounds(self, connect_timeout=(">", 0, 3600), read_timeout=(">", 0, 3600), deadline=(">", 0, 86400),
+                     delay=(0, 3600), retries=(0, 100), backoff=(0, 3600), max_backoff=(0, 86400),
+                     max_retry_after=(0, 86400), max_crawl_delay=(0, 86400), max_redirects=(0, 100),
+                     max_bytes=(1, 1 << 40), max_robots_bytes=(1, 1 << 30), max_robots_redirects=(0, 100),
+                     robots_retry=(0, 30 * 86400))
 
 
 @dataclass

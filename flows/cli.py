@@ -80,6 +80,34 @@ def check_dask_options(args: argparse.Namespace) -> None:
                          "workers can reach (e.g. `prefect server start --host 0.0.0.0`)")
 
 
+def check_settings(cfg) -> None:
+    """Bounds of the run's top-level settings and model size (each stage config checks its own fields when
+    made: ``storage.bounds``), and the cross-stage ones: the pretraining sequence fits the model's positions.
+
+    Raises:
+        ValueError: naming the setting and its allowed range.
+    """
+    from model.configuration import FUSIONS
+    from storage.bounds import check_bounds, check_choice
+
+    check_bounds(cfg, nullable=("finetune_max_eval",), segment_parts=(1, 1024), pretrain_epochs=(1, 1000),
+                 finetune_max_eval=(1, None), embed_batch_size=(1, 1 << 16), embed_parts=(1, 1024))
+    m = cfg.model
+    check_bounds(m, hidden_size=(8, 16384), num_hidden_layers=(1, 128), num_attention_heads=(1, 256),
+                 intermediate_size=(1, 1 << 17), max_position_embeddings=(8, 1 << 16), num_word_layers=(0, 128),
+                 max_words=(0, 8192))
+    check_choice(m, "fusion", FUSIONS)
+    if m.hidden_size % m.num_attention_heads:
+        raise ValueError(f"model.hidden_size = {m.hidden_size}: must be a multiple of model.num_attention_heads "
+                         f"= {m.num_attention_heads}")
+    if m.num_word_layers > m.num_hidden_layers:
+        raise ValueError(f"model.num_word_layers = {m.num_word_layers}: must be <= model.num_hidden_layers "
+                         f"= {m.num_hidden_layers}")
+    if cfg.pretrain_data.max_len > m.max_position_embeddings:
+        raise ValueError(f"pretrain_data.max_len = {cfg.pretrain_data.max_len}: must be <= "
+                         f"model.max_position_embeddings = {m.max_position_embeddings}")
+
+
 def validate(args: argparse.Namespace) -> None:
     """Raise ValueError / PermissionError with a one-line message for bad input, writing nothing."""
     from crawler.csv_import import read_corpus_csv
@@ -108,7 +136,7 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError(f"--lock-timeout {args.lock_timeout}: must be >= 0 seconds")
     from flows.profiles import get_profile, with_settings
 
-    with_settings(get_profile(args.profile), args.settings)  # ValueError names a bad --set
+    check_settings(with_settings(get_profile(args.profile), args.settings))  # ValueError names a bad --set
     check_writable_dir(args.data_dir)
 
 

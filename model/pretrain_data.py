@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from model.features import CharEncoder, WordMatcher, encode_chars, select_words, to_chars
+from storage.bounds import check_bounds
 from storage.tables import TableWriter, iter_table, read_manifest
 
 PRETRAIN_COLUMNS = ("doc_id", "sent_idx", "input_ids", "token_type_ids", "word_ids", "word_spans",
@@ -67,7 +68,7 @@ class PretrainDataConfig:
     group); rows_per_shard: examples per output Parquet shard (10,000; also the unit the trainer loads).
 
     Raises:
-        ValueError: ``group_docs`` or ``rows_per_shard`` < 1.
+        ValueError: a field out of its range (message: the field and the range; ``storage.bounds``).
     """
 
     max_len: int = 128
@@ -79,9 +80,8 @@ class PretrainDataConfig:
     rows_per_shard: int = 10_000
 
     def __post_init__(self):
-        if self.group_docs < 1 or self.rows_per_shard < 1:
-            raise ValueError(f"group_docs and rows_per_shard must be >= 1, got {self.group_docs}, "
-                             f"{self.rows_per_shard}")
+        check_bounds(self, max_len=(8, 8192), max_words=(0, 8192), mask_prob=(">", 0, 1), random_next_prob=(0, 1),
+                     seed=(0, 2 ** 32 - 1), group_docs=(1, 10_000_000), rows_per_shard=(1, 100_000_000))
 
 
 def _rng(seed: int, *parts) -> np.random.Generator:

@@ -23,6 +23,7 @@ import torch
 from transformers import get_linear_schedule_with_warmup
 
 from storage.atomic import atomic_path
+from storage.bounds import check_bounds
 
 Log = Callable[[str], None]
 Examples = Union[Sequence[dict], Callable[[int], Sequence[dict]]]
@@ -53,6 +54,12 @@ class TrainConfig:
     save_every: int = 200
     eval_every: int = 0
     num_workers: int | None = None
+
+    def __post_init__(self):
+        check_bounds(self, nullable=("max_steps", "num_workers"), epochs=(1, 100_000), max_steps=(1, None),
+                     batch_size=(1, 1 << 16), eval_batch_size=(1, 1 << 16), lr=(">", 0, 10), warmup_ratio=(0, 1),
+                     weight_decay=(0, 10), grad_accum=(1, 1 << 16), seed=(0, 2 ** 32 - 1), log_every=(1, None),
+                     save_every=(0, None), eval_every=(0, None), num_workers=(0, 256))
 
 
 def _tty() -> bool:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from storage.bounds import check_bounds, check_order
+
 _SENT_END = re.compile(r"[^。！？；!?;\n]*(?:[。！？；!?;]+[”’」』）)]*|\n|$)")
 CHUNK_COLUMNS = ("chunk_id", "doc_id", "start", "end", "text", "title", "source", "url")
 
@@ -17,6 +19,10 @@ class ChunkConfig:
 
     max_chars: int = 750
     overlap: int = 150
+
+    def __post_init__(self):
+        check_bounds(self, max_chars=(8, 1_000_000), overlap=(0, 1_000_000))
+        check_order(self, "overlap", "max_chars", strict=True)
 
 
 def chunk_id(doc_id: str, text: str) -> int:

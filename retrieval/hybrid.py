@@ -28,6 +28,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from storage.bounds import check_bounds, check_order
+
 _LEAD = re.compile(r"[^。！？；!?;\n]+")
 
 
@@ -46,6 +48,11 @@ class FusionConfig:
     lead_max: int = 60
     mask_leads: bool = True
     seed: int = 13
+
+    def __post_init__(self):
+        check_bounds(self, rrf_k=(0, 1_000_000), depth=(1, 1_000_000), grid=(1, 10_000), max_queries=(1, None),
+                     lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1))
+        check_order(self, "lead_min", "lead_max")
 
 
 def lead_sentence(text: str, cfg: FusionConfig = FusionConfig()) -> str | None:

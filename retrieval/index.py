@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.atomic import atomic_path, atomic_write_text
+from storage.bounds import check_bounds
 
 if TYPE_CHECKING:
     from retrieval.hybrid import FusionConfig
@@ -73,6 +74,9 @@ class IndexConfig:
             raise ValueError(f"unknown index kind {self.kind!r} (one of {KINDS})")
         if self.ann_kind not in ANN_KINDS:
             raise ValueError(f"unknown ann_kind {self.ann_kind!r} (one of {ANN_KINDS})")
+        check_bounds(self, ann_min_vectors=(1, None), nlist=(0, 1 << 20), nprobe=(1, 1 << 20), hnsw_m=(2, 256),
+                     ef_construction=(1, 1 << 16), ef_search=(1, 1 << 16), seed=(0, 2 ** 31 - 1),
+                     recall_queries=(0, 1_000_000), recall_k=(1, 10_000))
 
 
 def resolve_kind(cfg: IndexConfig, n: int) -> str:

@@ -19,6 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.bounds import check_bounds, check_choice
+
 TOKENS = "tokens.parquet"
 Tokenize = Callable[[Sequence[str]], list[list[str]]]
 
@@ -33,6 +35,10 @@ class SparseConfig:
     k1: float = 1.5
     b: float = 0.75
     method: str = "lucene"
+
+    def __post_init__(self):
+        check_bounds(self, k1=(0, 100), b=(0, 1))
+        check_choice(self, "method", ("robertson", "lucene", "atire", "bm25l", "bm25+"))
 
 
 def keep_token(w: str) -> bool:
