@@ -36,7 +36,8 @@ from storage.mapped import PARTS_ROOT, part_file
 
 
 def jsonable(value: Any) -> Any:
-    """Dataclasses -> dicts, paths -> str, recursively; other values unchanged."""
+    """Dataclasses -> dicts, paths -> str, numpy scalars/arrays -> Python numbers/lists, recursively; other
+    values unchanged."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable(dataclasses.asdict(value))
     if isinstance(value, dict):
@@ -45,8 +46,8 @@ def jsonable(value: Any) -> Any:
         return [jsonable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
-    if hasattr(value, "item") and type(value).__module__ == "numpy":  # numpy scalar -> int/float/bool
-        return value.item()
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar/array -> Python values
+        return value.tolist()
     return value
 
 

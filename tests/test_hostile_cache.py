@@ -95,3 +95,21 @@ def test_record_naming_a_decoder_is_a_miss_and_the_decoder_never_runs(prefect_ha
         assert again.name == "Completed" and again.result()["rows"] == 3
         assert not (tmp_path / "decoder-ran").exists()
         assert record_is_safe(record)
+
+
+def test_stage_results_are_written_as_plain_json_that_reads_back_as_a_hit(tmp_path):
+    """What a stage returns (numpy numbers, paths, dataclasses) is made plain JSON before Prefect writes it, so
+    its record names no class and passes the check (a record that did would be a miss on every run)."""
+    import numpy as np
+    from prefect.serializers import JSONSerializer
+
+    from tasks.caching import jsonable
+
+    out = {"rows": np.int64(3), "vec": np.arange(2), "path": tmp_path, "cfg": Evil.__new__(Evil)}
+    object.__setattr__(out["cfg"], "x", 1)
+    raw = JSONSerializer().dumps(jsonable(out)).decode()
+    (tmp_path / "rec").write_text(json.dumps({**_record({}), "result": raw}))
+    assert record_is_safe(tmp_path / "rec") and json.loads(raw)["cfg"] == {"x": 1}
+    unconverted = JSONSerializer().dumps({"path": tmp_path, "cfg": out["cfg"]}).decode()
+    (tmp_path / "rec").write_text(json.dumps({**_record({}), "result": unconverted}))
+    assert not record_is_safe(tmp_path / "rec")  # unconverted, Prefect's encoder names the classes
