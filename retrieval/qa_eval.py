@@ -1,4 +1,4 @@
-"""Retrieval evaluation on real questions (issue 12): LeCoQA legal-consultation questions against a pool of
+"""Retrieval evaluation on real questions (SPEC §7): LeCoQA legal-consultation questions against a pool of
 statute articles (``../shared/qa/``, see its README).
 
 Each article is one document and one chunk (articles are short: the encoders embed longer ones in
@@ -29,8 +29,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from retrieval.hybrid import FusionConfig, doc_metrics, fit_fusion, fuse, mask_leads, mine_queries
-from retrieval.index import build_index
+from retrieval.dense import build_index, search_rows
+from retrieval.encoders import Encoder
+from retrieval.encoding import corpus_fn, queries_fn
+from retrieval.fusion import FusionConfig, fit_fusion, fuse
+from retrieval.metrics import doc_metrics
+from retrieval.mining import mask_leads, mine_queries
+from retrieval.pinning import model_id
 from retrieval.sparse import SparseConfig, SparseIndex, make_tokenizer
 
 _ARTICLE_NO = re.compile(r"^第[零一二三四五六七八九十百千万〇\d]+条(之[一二三四五六七八九十]+)?\s*")
@@ -98,9 +103,8 @@ def cached_embeddings(encode: Callable[[list[str]], np.ndarray], texts: list[str
 
 
 def _dense_rows(vecs: np.ndarray, qvecs: np.ndarray, depth: int) -> list[list[int]]:
-    index = build_index(vecs, np.arange(len(vecs), dtype=np.int64))
-    _, ids = index.search(np.ascontiguousarray(qvecs, np.float32), depth)
-    return [[int(i) for i in row if i >= 0] for row in ids]
+    """Rows of the top ``depth`` pool vectors per query vector (exact search)."""
+    return search_rows(build_index(vecs, np.arange(len(vecs), dtype=np.int64)), qvecs, depth)[0]
 
 
 def _docs(rows: list[list[int]], doc_ids: list[str], k: int = 10) -> list[list[str]]:
@@ -121,13 +125,10 @@ class DenseSystem:
 def dense_system(name: str, ckpt_dir: str | os.PathLike, untrained: bool = False, seed: int = 13,
                  batch_size: int = 64) -> DenseSystem:
     """A :class:`DenseSystem` from a checkpoint dir (``untrained``: same architecture, random init)."""
-    from retrieval.encoders import Encoder
-    from retrieval.pinning import model_id
-
     enc = Encoder.untrained_like(ckpt_dir, seed) if untrained else Encoder.from_checkpoint(ckpt_dir, batch_size)
     enc.batch_size = batch_size
     mid = model_id(ckpt_dir) + (f"-untrained{seed}" if untrained else "")
-    return DenseSystem(name, enc, enc.queries, mid)
+    return DenseSystem(name, corpus_fn(enc), queries_fn(enc), mid)
 
 
 def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[DenseSystem],

@@ -37,7 +37,10 @@ import pandas as pd
 import torch
 
 from retrieval.encoders import BertEncoder, RetrievalInfo, checkpoint_type, pool
-from retrieval.hybrid import doc_metrics
+from retrieval.dense import build_index, search_rows
+from retrieval.metrics import doc_metrics
+from retrieval.mining import mine_pairs, split_by_doc  # noqa: F401  (public API of this module)
+from retrieval.sparse import SparseIndex
 
 _SENT = re.compile(r"[^。！？；!?;\n]+[。！？；!?;]*")
 _HEADING = re.compile(r"^(?:[一二三四五六七八九十]+、|（[一二三四五六七八九十]+）|第[一二三四五六七八九十百]+[条章节])")
@@ -73,50 +76,6 @@ class RetrievalTrainConfig:
     seed: int = 13
     device: str = "auto"
     log_every: int = 50
-
-
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENT.findall(text or "") if s.strip()]
-
-
-def mine_pairs(docs: pd.DataFrame, cfg: RetrievalTrainConfig = RetrievalTrainConfig()) -> pd.DataFrame:
-    """Query ↔ passage pairs mined from documents (doc_id, text, optional title); see the module doc.
-
-    Passages are cut to ``max_passage_len - 2`` chars, queries to ``max_query_len - 2``. Returns columns
-    query, passage, doc_id, kind (at most ``max_pairs``, seeded sample, then in document order).
-    """
-    rng = np.random.default_rng(cfg.seed)
-    qmax, pmax = cfg.max_query_len - 2, cfg.max_passage_len - 2
-    rows = []
-    for r in docs.itertuples(index=False):
-        sents = _sentences(r.text)
-        if not sents:
-            continue
-        title = getattr(r, "title", None)
-        if "title" in cfg.kinds and isinstance(title, str) and len(title.strip()) >= 4:
-            rows.append((title.strip()[:qmax], "".join(sents)[:pmax], r.doc_id, "title"))
-        for i, s in enumerate(sents):
-            if "heading" in cfg.kinds and _HEADING.match(s) and 4 <= len(s) <= qmax and i + 1 < len(sents):
-                rows.append((s, "".join(sents[i + 1:])[:pmax], r.doc_id, "heading"))
-            elif "ict" in cfg.kinds and 8 <= len(s) <= qmax and len(sents) >= 3:
-                before, after = "".join(sents[max(0, i - 2):i]), "".join(sents[i + 1:i + 4])
-                ctx = (before[-(pmax // 3):] + after)[:pmax]  # the sentence itself removed (ICT)
-                if len(ctx) >= 16:
-                    rows.append((s, ctx, r.doc_id, "ict"))
-    pairs = pd.DataFrame(rows, columns=["query", "passage", "doc_id", "kind"]).drop_duplicates(["query", "passage"])
-    if len(pairs) > cfg.max_pairs:
-        keep = np.sort(rng.choice(len(pairs), cfg.max_pairs, replace=False))
-        pairs = pairs.iloc[keep]
-    return pairs.reset_index(drop=True)
-
-
-def split_by_doc(pairs: pd.DataFrame, dev_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train, dev): a document's pairs all go to one side, by a seeded hash of its id."""
-    def is_dev(d: str) -> bool:
-        return int(hashlib.sha256(f"{seed}:{d}".encode()).hexdigest()[:8], 16) / 2**32 < dev_fraction
-
-    dev = pairs["doc_id"].map(is_dev)
-    return pairs[~dev].reset_index(drop=True), pairs[dev].reset_index(drop=True)
 
 
 class _Trainable:
@@ -177,8 +136,6 @@ def mine_hard_negatives(qvecs: np.ndarray, pvecs: np.ndarray, pair_docs: Sequenc
 
     Args: qvecs (q, d), pvecs (p, d) normalised; pair_docs: doc id of each passage. Returns (q, n) int64.
     """
-    from retrieval.index import build_index
-
     out = np.full((len(qvecs), n), -1, dtype=np.int64)
     if n == 0:
         return out
@@ -194,8 +151,6 @@ def mine_hard_negatives(qvecs: np.ndarray, pvecs: np.ndarray, pair_docs: Sequenc
 
 def pair_retrieval_metrics(qvecs: np.ndarray, pvecs: np.ndarray) -> dict:
     """Query i -> passage retrieval among all dev passages (a hit: passage i itself)."""
-    from retrieval.index import build_index
-
     index = build_index(pvecs, np.arange(len(pvecs), dtype=np.int64))
     _, ids = index.search(np.ascontiguousarray(qvecs, np.float32), min(10, len(pvecs)))
     return doc_metrics([[str(p) for p in row if p >= 0] for row in ids], [str(i) for i in range(len(qvecs))])
@@ -203,8 +158,6 @@ def pair_retrieval_metrics(qvecs: np.ndarray, pvecs: np.ndarray) -> dict:
 
 def bm25_pair_metrics(queries: Sequence[str], passages: Sequence[str], tokenize) -> dict:
     """The same dev task under BM25 (a non-neural baseline)."""
-    from retrieval.sparse import SparseIndex
-
     sp = SparseIndex.build(tokenize(list(passages)))
     ranked = [[str(r) for r in sp.top(t, 10)[0]] for t in tokenize(list(queries))]
     return doc_metrics(ranked, [str(i) for i in range(len(queries))])
