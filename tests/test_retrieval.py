@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -188,3 +190,56 @@ def test_evaluation_reads_the_version_and_skips_untrained_above_its_size(tmp_pat
     assert "untrained" not in {r["system"] for r in small["table"]} and small["untrained_skipped"]
     with pytest.raises(ValueError):
         EvalConfig(untrained_max_chunks=-1)
+
+
+def _publish(root, n, model):
+    from retrieval.versions import publish_version
+
+    rng = np.random.default_rng(n)
+    vecs = rng.normal(size=(4, 8)).astype(np.float32)
+    ids = np.arange(4, dtype=np.int64) + 10 * n
+    (root / "models" / model).mkdir(parents=True, exist_ok=True)
+    (root / "models" / model / "config.json").write_text("{}")
+    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": list("abcd"), "text": list("wxyz")})
+    return publish_version(root, build_flat_index(vecs, ids), chunks, {"encoder_dir": f"models/{model}"}, vecs)
+
+
+def test_retention_keeps_the_newest_the_serving_and_the_pinned_versions(tmp_path):
+    from retrieval.versions import kept_versions, list_versions, pin_version, retire_versions, rollback
+    from storage import path_fingerprint
+
+    for n, model in enumerate(["m-old", "m-mid", "m-mid", "m-new", "m-new"], start=1):
+        _publish(tmp_path, n, model)
+    pin_version(tmp_path, "v1")
+    key = path_fingerprint(tmp_path)  # what the evaluation's cache key hashes for the index
+    out = retire_versions(tmp_path, keep=2)
+    assert out["retired"] == ["v2", "v3"] and list_versions(tmp_path) == ["v1", "v4", "v5"]
+    assert out["encoders_removed"] == ["m-mid"] and sorted(os.listdir(tmp_path / "models")) == ["m-new", "m-old"]
+    assert current_version(tmp_path) == "v5" and load_index(tmp_path)[2]["version"] == "v5"
+    hidden = sorted(p.split(".")[1] for p in os.listdir(tmp_path) if p.startswith("."))
+    assert hidden == ["v1", "v4", "v5"]  # the kept versions' folders only: nothing of v2, v3 left behind
+    assert path_fingerprint(tmp_path) == key  # retiring old versions leaves the key alone
+    rollback(tmp_path, "v1")  # the pinned version serves again, with its own encoder kept
+    assert load_index(tmp_path)[2]["version"] == "v1" and path_fingerprint(tmp_path) != key
+    assert kept_versions(tmp_path, 1) == ["v1", "v5"]  # serving (and pinned) v1 plus the newest
+    with pytest.raises(FileNotFoundError):
+        rollback(tmp_path, "v2")
+    with pytest.raises(ValueError):
+        retire_versions(tmp_path, keep=0)
+    pin_version(tmp_path, "v1", pinned=False)
+    rollback(tmp_path, "v5")
+    assert retire_versions(tmp_path, keep=1)["retired"] == ["v1", "v4"] and list_versions(tmp_path) == ["v5"]
+
+
+def test_refresh_retires_versions_past_keep(tmp_path, tiny_encoder):
+    from retrieval.index import IndexConfig, refresh_index
+    from retrieval.versions import list_versions
+
+    with pytest.raises(ValueError, match="keep_versions"):
+        IndexConfig(keep_versions=0)
+    cfg = IndexConfig(keep_versions=2)
+    for i in range(4):
+        s = refresh_index(tmp_path, build_chunks(_docs(DOC_A + "补充" * i + "。"), ChunkConfig(120, 30)),
+                          tiny_encoder, "m1", cfg)
+    assert s["version"] == "v4" and s["retired"] == ["v2"] and list_versions(tmp_path) == ["v3", "v4"]
+    assert s["reused"] > 0  # the refresh still reused the serving version's vectors
