@@ -130,9 +130,16 @@ def mine_pairs(docs: pd.DataFrame, cfg: "RetrievalTrainConfig") -> pd.DataFrame:
     Passages are cut to ``max_passage_len - 2`` chars, queries to ``max_query_len - 2``. Returns columns
     query, passage, doc_id, kind (at most ``max_pairs``, seeded sample, then in document order).
     """
+    return mine_pairs_from([docs], cfg)
+
+
+def mine_pairs_from(frames: Iterable[pd.DataFrame], cfg: "RetrievalTrainConfig") -> pd.DataFrame:
+    """:func:`mine_pairs` over the documents of several frames (a table read shard by shard): the same pairs as
+    over their concatenation, holding one frame of documents at a time."""
     rows = []
-    for r in docs.itertuples(index=False):
-        rows += _doc_pairs(r.doc_id, r.text, getattr(r, "title", None), cfg)
+    for docs in frames:
+        for r in docs.itertuples(index=False):
+            rows += _doc_pairs(r.doc_id, r.text, getattr(r, "title", None), cfg)
     pairs = pd.DataFrame(rows, columns=["query", "passage", "doc_id", "kind"]).drop_duplicates(["query", "passage"])
     if len(pairs) > cfg.max_pairs:
         keep = np.sort(np.random.default_rng(cfg.seed).choice(len(pairs), cfg.max_pairs, replace=False))

@@ -17,7 +17,7 @@ from retrieval.encoders import BertEncoder, Encoder, RetrievalInfo, checkpoint_t
 from retrieval.encoding import corpus_fn, queries_fn
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
-from retrieval.mining import mine_pairs, mine_queries_from
+from retrieval.mining import mine_pairs_from, mine_queries_from
 from retrieval.pinning import model_id, pin_encoder
 from retrieval.retrievers import (MODES, DenseRetriever, HybridRetriever, Retriever, SparseRetriever,  # noqa: F401
                                   encoder_dir_of, query_index)
@@ -143,17 +143,21 @@ def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str
         cfg: :class:`retrieval.train.RetrievalTrainConfig` (default: sized for cpu-small on 2 cores).
         segmenter: tokenizer backend of the BM25 baseline on the dev pairs.
 
+    The run is resumable (a restarted stage continues from its last saved step) and keeps the checkpoint with
+    the best dev MRR@10; the documents are read shard by shard.
+
     Returns:
-        {"out_dir", "pairs", "dev_before", "dev_bm25", "dev_after", "seconds", "retrieval", "model_id"}.
+        {"out_dir", "pairs", "dev_before", "dev_bm25", "dev_after", "test_before", "test_bm25", "test_after",
+        "best_step", "seconds", "retrieval", "model_id"} (a held-out figure is None when its set is empty).
 
     Raises:
         ValueError: too few pairs mined from the corpus.
     """
     cfg = cfg or RetrievalTrainConfig()
-    docs = read_table(clean_dir, ["doc_id", "text", "title"])
-    pairs = mine_pairs(docs, cfg)
+    pairs = mine_pairs_from(iter_table(clean_dir, ["doc_id", "text", "title"]), cfg)
     metrics = train_retrieval(ckpt_dir, pairs, out_dir, cfg, make_tokenizer(segmenter)[0], log)
-    keys = ("pairs", "dev_before", "dev_bm25", "dev_after", "seconds", "retrieval")
+    keys = ("pairs", "dev_before", "dev_bm25", "dev_after", "test_before", "test_bm25", "test_after", "best_step",
+            "seconds", "retrieval")
     return {"out_dir": str(out_dir), **{k: metrics.get(k) for k in keys}, "model_id": model_id(out_dir)}
 
 
