@@ -149,20 +149,9 @@ def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[Dense
     mined = mined_pool_queries(pool, cfg.fusion)
     sets = {"questions": questions, "mined": mined}
     info: dict = {"segmenter": ident, "pool": len(pool), "mined_queries": len(mined), "seconds": {}}
-    t = time.perf_counter()
     texts = pool["text"].tolist()
-    tokens = tokenize(texts)
-    sp = SparseIndex.build(tokens, cfg.sparse)
-    masked = mask_leads(texts, doc_ids, mined) if cfg.fusion.mask_leads else {}
-    fit_tokens = list(tokens)
-    for r, tk in zip(masked, tokenize(list(masked.values()))):
-        fit_tokens[r] = tk
-    fit_sp = SparseIndex.build(fit_tokens, cfg.sparse) if masked else sp
-    info["seconds"]["bm25_index"] = time.perf_counter() - t
-    info["masked_articles"] = len(masked)
+    sparse_rows, masked = _sparse_rankings(texts, doc_ids, sets, tokenize, cfg, info)
     depth = cfg.fusion.depth
-    sparse_rows = {n: [(fit_sp if n == "mined" else sp).top(tk, depth)[0].tolist()
-                       for tk in tokenize(q["query"].tolist())] for n, q in sets.items()}
     rows = [{"query_set": n, "system": "bm25", **doc_metrics(_docs(sparse_rows[n], doc_ids), q["gold"].tolist())}
             for n, q in sets.items()]
     for s in systems:
@@ -187,6 +176,24 @@ def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[Dense
                          **doc_metrics(_docs(fused, doc_ids), gold)})
     table = pd.DataFrame(rows).sort_values(["query_set", "system"], kind="stable").reset_index(drop=True)
     return table, info
+
+
+def _sparse_rankings(texts: list[str], doc_ids: list[str], sets: dict, tokenize, cfg: QAEvalConfig, info: dict
+                     ) -> tuple[dict[str, list[list[int]]], dict[int, str]]:
+    """BM25 rankings (top ``depth`` pool rows) of every query set, the ``mined`` set against the pool with each
+    lead cut out of its article (ICT); returns them with the masked articles ``{row: text}``."""
+    t = time.perf_counter()
+    tokens = tokenize(texts)
+    sp = SparseIndex.build(tokens, cfg.sparse)
+    masked = mask_leads(texts, doc_ids, sets["mined"]) if cfg.fusion.mask_leads else {}
+    fit_tokens = list(tokens)
+    for r, tk in zip(masked, tokenize(list(masked.values()))):
+        fit_tokens[r] = tk
+    fit_sp = SparseIndex.build(fit_tokens, cfg.sparse) if masked else sp
+    info["seconds"]["bm25_index"] = time.perf_counter() - t
+    info["masked_articles"] = len(masked)
+    return {n: [(fit_sp if n == "mined" else sp).top(tk, cfg.fusion.depth)[0].tolist()
+                for tk in tokenize(q["query"].tolist())] for n, q in sets.items()}, masked
 
 
 def write_results(table: pd.DataFrame, info: dict, cfg: QAEvalConfig, out_dir: str | os.PathLike) -> Path:
