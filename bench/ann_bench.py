@@ -1,12 +1,12 @@
-"""Retrieval at 21x (issue 16 item 6), in one run over the lawrefbook corpus (3,419 documents, 19.5 M chars):
+"""Retrieval at 21x (SPEC §10), in one run over the lawrefbook corpus (3,419 documents, 19.5 M chars):
 
 - exact (flat) vs HNSW vs IVF: build time, single-query p50/p95 latency on one FAISS thread (k=10 and k=100, the
   depth hybrid search asks of the dense side; ``omp``: k=10 on FAISS's default thread count, where a busy machine
   makes OpenMP's spin-waits dominate exact search), recall@10 against exact search on held-out queries (document titles, not indexed) and
-  the recall the build records (indexed vectors as queries, self left out: ``retrieval.index.ann_recall_report``);
+  the recall the build records (indexed vectors as queries, self left out: ``retrieval.dense.ann_recall_report``);
 - which kind ``IndexConfig()`` (``kind="auto"``) picks at this size;
 - refresh after editing one document vs a full build, through the real index-building function
-  (``retrieval.index.refresh_index``: dense + BM25 side + fusion fit), and the BM25 side alone
+  (``retrieval.build.refresh_index``: dense + BM25 side + fusion fit), and the BM25 side alone
   (``retrieval.sparse_build.build_sparse_side``: full vs reusing the previous version's tokens).
 
 Vectors: by default a fixed, untrained text encoder that is cheap enough for 33k chunks on 2 cores: hashed char
@@ -33,8 +33,13 @@ import pandas as pd
 
 from crawler.records_import import read_records
 from retrieval.chunks import ChunkConfig, build_chunks
-from retrieval.hybrid import FusionConfig, mine_queries
-from retrieval.index import IndexConfig, build_index_with_report, refresh_index, resolve_kind
+from retrieval.build import refresh_index
+from retrieval.dense import IndexConfig, build_index_with_report, resolve_kind
+from retrieval.encoders import Encoder
+from retrieval.encoding import corpus_fn, encode_corpus, encode_queries, queries_fn
+from retrieval.fusion import FusionConfig
+from retrieval.mining import mine_queries
+from retrieval.pinning import model_id
 from retrieval.sparse import SparseConfig, make_tokenizer
 from retrieval.sparse_build import build_sparse_side
 
@@ -116,10 +121,10 @@ def refresh_vs_full(docs: pd.DataFrame, enc, model_id: str, cfg: IndexConfig, tm
     ch1 = build_chunks(docs, ChunkConfig())
     docs2, edited = edit_one(docs)
     ch2 = build_chunks(docs2, ChunkConfig())
-    kw = dict(sparse=SparseConfig(), tokenizer=lambda: tok, fusion=fusion, query_embed_factory=lambda: enc.queries)
+    kw = dict(sparse=SparseConfig(), tokenizer=lambda: tok, fusion=fusion, query_embed_factory=lambda: queries_fn(enc))
     root = tmp / "index"
-    full = refresh_index(root, ch1, enc, model_id, cfg, fusion_queries=mine_queries(docs, fusion), **kw)
-    inc = refresh_index(root, ch2, enc, model_id, cfg, fusion_queries=mine_queries(docs2, fusion), **kw)
+    full = refresh_index(root, ch1, corpus_fn(enc), model_id, cfg, fusion_queries=mine_queries(docs, fusion), **kw)
+    inc = refresh_index(root, ch2, corpus_fn(enc), model_id, cfg, fusion_queries=mine_queries(docs2, fusion), **kw)
     print(f"\nindex stage path (refresh_index: dense {full['index_kind']} + BM25 side + fusion fit), "
           f"segmenter {tok[1]['backend']}:")
     print(f"  full build: {full['seconds']:7.2f} s  embedded {full['embedded']}, tokenized "
@@ -134,7 +139,7 @@ def refresh_vs_full(docs: pd.DataFrame, enc, model_id: str, cfg: IndexConfig, tm
     times = {}
     for name, plan, ch in (("full", plan_full, ch2), ("refresh", plan_inc, ch2)):
         t = time.perf_counter()
-        side = build_sparse_side(root, plan, ch, None, SparseConfig(), lambda: tok, None, lambda: enc.queries, fusion)
+        side = build_sparse_side(root, plan, ch, None, SparseConfig(), lambda: tok, None, lambda: queries_fn(enc), fusion)
         times[name] = time.perf_counter() - t
         print(f"  BM25 side {name:7s}: {times[name]:7.2f} s  tokenized {side.stats['sparse_tokenized']}, "
               f"reused {side.stats['sparse_reused']}")
@@ -154,21 +159,18 @@ def main() -> None:
     print(f"corpus {args.corpus}: {len(docs)} documents, {int(docs['text'].str.len().sum()):,} chars, "
           f"{len(chunks):,} chunks ({time.perf_counter() - t:.1f} s to read and chunk)")
     if args.model:
-        from retrieval.encoders import Encoder
-        from retrieval.pinning import model_id
-
         enc, mid, what = Encoder.from_checkpoint(args.model), model_id(args.model), f"PolicyBERT {args.model}"
     else:
         enc, mid, what = HashingEncoder(), HashingEncoder.model_id, HashingEncoder.model_id
     t = time.perf_counter()
-    vecs = enc(chunks["text"].tolist())
+    vecs = encode_corpus(enc, chunks["text"].tolist())
     print(f"vectors: {what}, {vecs.shape[0]:,} x {vecs.shape[1]} in {time.perf_counter() - t:.1f} s")
     cfg = IndexConfig()
     print(f"IndexConfig() = {asdict(cfg)}\n  -> kind chosen for {len(chunks):,} vectors: "
           f"{resolve_kind(cfg, len(chunks))} (exact below {cfg.ann_min_vectors:,})")
     titles = docs["title"].dropna().drop_duplicates()
     titles = titles.sample(min(args.queries, len(titles)), random_state=13).tolist()
-    qv = enc.queries(titles)
+    qv = encode_queries(enc, titles)
     compare_kinds(vecs, chunks["chunk_id"].to_numpy(np.int64), qv, cfg)
     if not args.skip_refresh:
         tmp = Path(tempfile.mkdtemp(prefix="bench-ann-"))

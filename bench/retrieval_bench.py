@@ -20,7 +20,8 @@ from transformers.utils import logging as hf_logging
 
 from retrieval.chunks import ChunkConfig
 from retrieval.sparse import make_tokenizer
-from retrieval.stages import Retriever, index_stage
+from retrieval.retrievers import Retriever
+from retrieval.stages import index_stage
 from storage import layout as L
 from storage import read_table, write_table
 
@@ -40,7 +41,7 @@ def _pure_dense(r: Retriever, queries: list[str]) -> np.ndarray:
     lat = []
     for q in [queries[0]] + queries:
         t = time.perf_counter()
-        r.index.search(r.encoder.queries([q]), 5)
+        r.dense.search(q, 5)
         lat.append((time.perf_counter() - t) * 1000)
     return np.asarray(lat[1:])
 

@@ -1,4 +1,4 @@
-"""Retrieval on real questions (issue 12), a thin CLI over :mod:`retrieval.qa_eval` (no Prefect):
+"""Retrieval on real questions (SPEC §7), a thin CLI over :mod:`retrieval.qa_eval` (no Prefect):
 
     python -m flows.qa_eval --questions ../shared/qa/lecoqa_train.jsonl --pool ../shared/qa/statutes.jsonl \\
         --model data/models/finetune-policysm1 [--retrieval-model data/models/retrieval] [--out DIR]
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(p).exists():
             print(f"error: {p} not found", file=sys.stderr)
             return 2
+    # loaded after the arguments are checked: a wrong path is answered without loading torch and the models
     from transformers.utils import logging as hf_logging
 
     from retrieval.qa_eval import (QAEvalConfig, dense_system, evaluate_qa, format_table, load_pool, load_questions,

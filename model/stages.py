@@ -217,34 +217,47 @@ def encode_pairs(pairs: pd.DataFrame, enc: CharEncoder, matcher: WordMatcher, ma
     return out
 
 
+def split_rows(dataset_dir, split: str) -> int:
+    """Rows of partition ``split=<split>`` of a table, from its manifest (no shard read)."""
+    return sum(s["rows"] for s in read_manifest(dataset_dir)["shards"] if s.get("partition", {}).get("split") == split)
+
+
+def read_split(dataset_dir, split: str, k: int | None, seed: int) -> pd.DataFrame:
+    """The rows of ``split``; with ``k`` below its size, the ``k`` rows ``DataFrame.sample(k, random_state=seed)``
+    draws (same rows, same order, same index labels), read shard by shard keeping only the drawn rows, so memory
+    holds one shard and the sample, never the whole split."""
+    n = split_rows(dataset_dir, split)
+    if k is None or n <= k:
+        return read_table(dataset_dir, partition={"split": split})
+    pick = np.random.RandomState(seed).choice(n, k, replace=False)  # what DataFrame.sample draws (pandas com.random_state)
+    wanted, parts, offset = np.sort(pick), [], 0
+    for df in iter_table(dataset_dir, partition={"split": split}):
+        rows = wanted[(wanted >= offset) & (wanted < offset + len(df))]
+        parts.append(df.iloc[rows - offset].set_axis(rows))
+        offset += len(df)
+    return pd.concat(parts).loc[pick]
+
+
 def finetune_stage(pretrained_dir, dataset_dir, out_dir, cfg: TrainConfig, max_len: int = 128,
                    max_eval_examples: int | None = None, log_fn: Callable[[str], None] = print,
                    on_step: Callable[[int, int], None] | None = None) -> dict:
     """Fine-tune ``[CLS] -> Dropout -> Linear(2)`` on a PolicySM dataset as one training run; the
     checkpoint with the best dev accuracy (evaluated at each epoch end, or every ``cfg.eval_every``
     steps, and at the last step) is kept, reported (``best_step``, the dev curve in
-    ``train.curve``) and tested; saved to ``out_dir`` atomically (main process only).
+    ``train.curve``) and tested; saved to ``out_dir`` atomically (main process only). The splits are read
+    shard by shard (:func:`read_split`): train capped at the rows ``cfg.max_steps`` can use, dev and test at
+    ``max_eval_examples`` (seeded samples).
     """
     enc, matcher = load_inputs(pretrained_dir)
     model = AutoModelForSequenceClassification.from_pretrained(pretrained_dir, num_labels=2)  # PolicyBERT or plain BERT
     mw = getattr(model.config, "max_words", 1)
     fn = batch_collator(model.config, enc.pad)
-    split = {s: read_table(dataset_dir, partition={"split": s}) for s in ("train", "dev", "test")}
-    if max_eval_examples:
-        for s in ("dev", "test"):
-            if len(split[s]) > max_eval_examples:
-                split[s] = split[s].sample(max_eval_examples, random_state=cfg.seed)
-    train_df = split["train"]
-    if cfg.max_steps:
-        cap = cfg.max_steps * cfg.batch_size * cfg.grad_accum
-        if len(train_df) > cap:
-            train_df = train_df.sample(cap, random_state=cfg.seed)
-    data = {s: encode_pairs(df, enc, matcher, max_len, mw, cfg.seed) for s, df in
-            (("train", train_df), ("dev", split["dev"]), ("test", split["test"]))}
-    # one run over all epochs (one optimiser, one warmup + decay); dev accuracy at each epoch end (or
-    # every eval_every steps) and after the last step; the best-by-dev weights are kept
+    cap = cfg.max_steps * cfg.batch_size * cfg.grad_accum if cfg.max_steps else None
+    split = {"train": read_split(dataset_dir, "train", cap, cfg.seed),
+             **{s: read_split(dataset_dir, s, max_eval_examples or None, cfg.seed) for s in ("dev", "test")}}
+    data = {s: encode_pairs(df, enc, matcher, max_len, mw, cfg.seed) for s, df in split.items()}
     # the baselines first: fitted on the same train rows as the model (a one-label split raises before training)
-    baselines = pair_baselines({"train": train_df, "dev": split["dev"], "test": split["test"]})
+    baselines = pair_baselines(split)
     run = train(model, data["train"], fn, cfg, log_fn, state_dir=_state_dir(out_dir), on_step=on_step,
                 evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
     return on_main_process(lambda: _finish_finetuning(model, run, data, split, baselines, fn, cfg, pretrained_dir,

@@ -1,12 +1,15 @@
-"""Training and evaluation loops for PolicyBERT pretraining (MLM + NSP) and fine-tuning (SPEC §6).
+"""One training engine (SPEC §6, §7) for pretraining (MLM + NSP), fine-tuning and contrastive retrieval
+training: :func:`train` runs any model whose forward returns an output with ``.loss``.
 
 Device ``auto`` picks CUDA (bf16 autocast) when present, else CPU. AdamW with linear warmup/decay
-(transformers), gradient accumulation, gradient clipping, seeded data order per epoch. With a
-``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, data
-position) every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and
-ends with the same weights as an uninterrupted run with the same seed (in one process; under DDP the
-state holds rank 0's RNG, so a resumed multi-GPU run draws other dropout masks). Several GPUs: start the
-same code under ``accelerate launch`` (or ``torchrun``); the loop runs DDP through ``accelerate``.
+(transformers), gradient accumulation, gradient clipping, seeded data order per epoch. Where a run stands is a
+typed :class:`TrainState`; evaluation (with best-by-dev), saving, logging and progress are :class:`Callback`\ s.
+The logged loss is the mean step loss over the logging window, a step's loss the mean over its micro-batches.
+With a ``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, the state)
+every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and ends with the same
+weights as an uninterrupted run with the same seed (in one process; under DDP the state holds rank 0's RNG, so
+a resumed multi-GPU run draws other dropout masks). Several GPUs: start the same code under ``accelerate
+launch`` (or ``torchrun``); the loop runs DDP through ``accelerate``.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence, Union
 
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 from transformers import get_linear_schedule_with_warmup
 
+from model.baselines import classification_scores
 from storage.atomic import atomic_path
 from storage.bounds import check_bounds
 
@@ -170,27 +174,6 @@ def _load_state(state_dir: Path, model, opt, sched) -> dict | None:
     return json.loads((d / "position.json").read_text())
 
 
-class _Best:
-    """The best weights by the evaluation metric: in memory, and under ``state_dir/best.pt`` when
-    training is resumable (so a resumed run still ends on the best checkpoint)."""
-
-    def __init__(self, state_dir: Path | None):
-        self.path = state_dir / "best.pt" if state_dir is not None else None
-        self.weights: dict | None = None
-
-    def save(self, model: torch.nn.Module) -> None:
-        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        if self.path is not None:
-            with atomic_path(self.path) as tmp:
-                torch.save(self.weights, tmp)
-
-    def restore(self, model: torch.nn.Module) -> None:
-        if self.weights is None and self.path is not None and self.path.is_file():
-            self.weights = torch.load(self.path, map_location="cpu", weights_only=True)
-        if self.weights is not None:
-            model.load_state_dict(self.weights)
-
-
 def _loader(data: Sequence[dict], idx: list[np.ndarray], collate_fn: Callable, cfg: TrainConfig,
             device: torch.device):
     """A DataLoader over the given batches (collated in ``num_workers`` processes, pinned on CUDA)."""
@@ -206,133 +189,289 @@ def _loader(data: Sequence[dict], idx: list[np.ndarray], collate_fn: Callable, c
                       multiprocessing_context="spawn" if workers else None)
 
 
+@dataclass
+class TrainState:
+    """Where a run stands (saved as ``position.json`` beside the weights, so a resume is exact): optimiser
+    ``step``; ``epoch`` and ``batch`` (the next batch of this process in the epoch's order); ``losses``: the
+    step losses of the current logging window (each the mean over the step's micro-batches); ``tokens``: input
+    ids seen (all processes, padding included); ``curve``: one dict per evaluation; ``best``: the curve point
+    whose weights are kept (best-by-dev), or None."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    losses: list[float] = field(default_factory=list)
+    tokens: int = 0
+    curve: list[dict] = field(default_factory=list)
+    best: dict | None = None
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TrainState":
+        """The state saved by :meth:`to_json` (unknown keys ignored)."""
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def to_json(self) -> dict:
+        """A JSON-able dict of the state."""
+        return asdict(self)
+
+    def window_loss(self) -> float:
+        """Mean step loss over the logging window (NaN before the first step)."""
+        return float(np.mean(self.losses)) if self.losses else float("nan")
+
+
+@dataclass
+class Loop:
+    """One training run as the callbacks see it: the model (``model`` as prepared by accelerate, ``unwrapped``
+    the plain module), optimiser, scheduler, config, :class:`TrainState`, the step budget ``total``, the
+    step it resumed from (``resumed``), whether this is the main process, and ``save()``."""
+
+    model: torch.nn.Module
+    unwrapped: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: object
+    acc: object
+    cfg: TrainConfig
+    state: TrainState
+    total: int
+    state_dir: Path | None
+    log: Log
+    resumed: int | None = None
+
+    @property
+    def main(self) -> bool:
+        """True on the process that evaluates, logs and writes."""
+        return self.acc.is_main_process
+
+    def save(self) -> None:
+        """Write the training state (weights, optimiser, scheduler, RNG, :class:`TrainState`) atomically, on
+        the main process, after every process got here."""
+        self.acc.wait_for_everyone()
+        if self.state_dir is not None and self.main:
+            _save_state(self.state_dir, self.unwrapped, self.opt, self.sched, self.state.to_json())
+
+
+class Callback:
+    """Hooks of :func:`train`, called on every process in the order given: ``on_step`` after each optimiser
+    step, ``on_epoch_end`` after an epoch that did not end the run, ``on_end`` after the last step, ``on_close``
+    after every ``on_end``."""
+
+    def on_step(self, loop: Loop) -> None:
+        """After an optimiser step."""
+
+    def on_epoch_end(self, loop: Loop) -> None:
+        """After an epoch that did not end the run."""
+
+    def on_end(self, loop: Loop) -> None:
+        """After the last step."""
+
+    def on_close(self, loop: Loop) -> None:
+        """After every callback's ``on_end``."""
+
+
+@dataclass
+class LogLoss(Callback):
+    """Logs ``step s/total loss L lr x`` every ``every`` steps and at the last step (main process); L is the
+    mean step loss over the logging window (:meth:`TrainState.window_loss`)."""
+
+    every: int
+
+    def on_step(self, loop: Loop) -> None:
+        s = loop.state
+        if loop.main and (s.step % self.every == 0 or s.step == loop.total):
+            loop.log(f"step {s.step}/{loop.total} loss {s.window_loss():.4f} lr {loop.sched.get_last_lr()[0]:.2e}")
+
+
+@dataclass
+class Evaluate(Callback):
+    """``evaluate(model) -> metrics`` on the main process every ``every`` steps (0: at each epoch end) and after
+    the last step; each call adds a point (step, epoch, train_loss, metrics) to ``state.curve``. With
+    ``best_metric`` the weights with its highest value are kept (in memory, and in ``state_dir/best.pt`` so a
+    resumed run still ends on them) and loaded into the model at the end (best-by-dev)."""
+
+    evaluate: Callable[[torch.nn.Module], dict]
+    every: int = 0
+    best_metric: str | None = None
+    state_dir: Path | None = None
+    weights: dict | None = None
+
+    def on_step(self, loop: Loop) -> None:
+        if self.every and loop.state.step % self.every == 0:
+            self.run(loop)
+
+    def on_epoch_end(self, loop: Loop) -> None:
+        if not self.every:
+            self.run(loop)
+
+    def on_end(self, loop: Loop) -> None:
+        self.run(loop)
+
+    def run(self, loop: Loop) -> None:
+        """One evaluation (not twice at one step); the state saved after it when keeping the best."""
+        s = loop.state
+        if loop.main and (not s.curve or s.curve[-1]["step"] != s.step):
+            point = {"step": s.step, "epoch": s.epoch, "train_loss": s.window_loss(), **self.evaluate(loop.unwrapped)}
+            loop.unwrapped.train()
+            s.curve.append(point)
+            loop.log("eval " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items()))
+            if self.best_metric and (s.best is None or point[self.best_metric] > s.best[self.best_metric]):
+                s.best = point
+                self._keep(loop.unwrapped)
+        loop.acc.wait_for_everyone()
+        if self.best_metric:
+            loop.save()  # right after best.pt, so that a resumed run knows which evaluation it holds
+
+    def _keep(self, model: torch.nn.Module) -> None:
+        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        if self.state_dir is not None:
+            with atomic_path(self.state_dir / "best.pt") as tmp:
+                torch.save(self.weights, tmp)
+
+    def on_close(self, loop: Loop) -> None:
+        if not self.best_metric:
+            return
+        path = self.state_dir / "best.pt" if self.state_dir is not None else None
+        if self.weights is None and path is not None and path.is_file():
+            self.weights = torch.load(path, map_location="cpu", weights_only=True)
+        if self.weights is not None:
+            loop.unwrapped.load_state_dict(self.weights)
+
+
+@dataclass
+class SaveState(Callback):
+    """The training state every ``every`` steps (0: never) and after the last step (unless the run resumed
+    there: a rerun of a finished loop is a no-op)."""
+
+    every: int
+
+    def on_step(self, loop: Loop) -> None:
+        if self.every and loop.state.step % self.every == 0:
+            loop.save()
+
+    def on_end(self, loop: Loop) -> None:
+        if loop.resumed != loop.state.step:
+            loop.save()
+
+
+@dataclass
+class Progress(Callback):
+    """``fn(step, total)`` after every step (progress artifacts, tests) and a progress bar on a terminal."""
+
+    fn: Callable[[int, int], None] | None = None
+    bar: object = None
+
+    def on_step(self, loop: Loop) -> None:
+        if self.bar is None:
+            from tqdm.auto import tqdm  # a terminal-only dependency, loaded when a run has steps to show
+
+            self.bar = tqdm(total=loop.total, initial=loop.state.step - 1, desc="train",
+                            disable=not (loop.main and _tty()))
+        self.bar.update(1)
+        if self.fn is not None:
+            self.fn(loop.state.step, loop.total)
+
+    def on_end(self, loop: Loop) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg: TrainConfig, log: Log = print,
           state_dir: str | os.PathLike | None = None, on_step: Callable[[int, int], None] | None = None,
-          evaluate: Callable[[torch.nn.Module], dict] | None = None, best_metric: str | None = None) -> dict:
-    """Optimise ``model`` on ``examples`` in one run (one AdamW, one warmup + linear decay over all
-    steps of all epochs) and return run stats.
+          evaluate: Callable[[torch.nn.Module], dict] | None = None, best_metric: str | None = None,
+          callbacks: Sequence[Callback] = ()) -> dict:
+    """Optimise ``model`` (its forward returns an output with ``.loss``) on ``examples`` in one run: one AdamW,
+    one warmup + linear decay over all steps of all epochs, gradient accumulation and clipping, DDP under
+    ``accelerate launch``, bf16 on CUDA; resumable from ``state_dir``. Returns run stats.
 
     Args:
-        examples: example dicts understood by ``collate_fn``, or ``epoch -> examples`` (e.g. a new
-            masking per pretraining epoch); any indexable with ``len`` works, and one with an
-            ``epoch_order(seed, epoch)`` method (a streamed table, :class:`model.pretrain_data.ShardedExamples`)
-            is read in that order, so only a few of its shards are in memory at a time. The position
-            saved for a resume is (epoch, batch): the order is recomputed, so a resume is exact.
-        state_dir: where training states go (every ``cfg.save_every`` steps); resumes from one found there.
-        on_step: called as ``on_step(step, total_steps)`` after every optimiser step (progress, tests).
-        evaluate: ``model -> metrics`` run on the main process only, at each epoch end (or every
-            ``cfg.eval_every`` steps) and after the last step; each call adds a point to the curve.
-        best_metric: a key of ``evaluate``'s metrics: the weights with its highest value are kept and
-            loaded into ``model`` at the end (best-by-dev checkpoint).
+        examples: example dicts understood by ``collate_fn``, or ``epoch -> examples``; one with an
+            ``epoch_order(seed, epoch)`` method (:class:`model.pretrain_data.ShardedExamples`) is read in that
+            order. The saved position is (epoch, batch): the order is recomputed, so a resume is exact.
+        state_dir: training states go there every ``cfg.save_every`` steps; a run resumes from one found there.
+        on_step, evaluate, best_metric: :class:`Progress`, :class:`Evaluate` (every ``cfg.eval_every`` steps,
+            0: each epoch end, and after the last step; best-by-dev on ``best_metric``); ``callbacks``: more.
 
     Returns:
-        dict: steps, epochs_run, final_loss (mean of the last ``log_every`` steps), seconds,
-        tokens_per_s (input chars incl. padding per second), device, processes, resumed_from (step or
-        None), curve (one dict per evaluation: step, epoch, train_loss and the metrics), best (the
-        curve point whose weights were kept, or None).
+        dict: steps, epochs_run, final_loss (mean step loss over the last ``log_every`` steps), seconds,
+        tokens_per_s, device, processes, resumed_from (step or None), curve, best (the kept point or None).
 
     Raises:
         ValueError: no examples, or ``best_metric`` without ``evaluate``.
     """
-    from accelerate import Accelerator
-    from tqdm.auto import tqdm
-
     if best_metric and evaluate is None:
         raise ValueError("best_metric needs an evaluate function")
     get = examples if callable(examples) else (lambda epoch: examples)
     if not len(get(0)):
         raise ValueError("no training examples")
+    loop = _start(model, len(get(0)), cfg, log, Path(state_dir) if state_dir is not None else None)
+    cbs = [LogLoss(cfg.log_every), *([Evaluate(evaluate, cfg.eval_every, best_metric, loop.state_dir)] if evaluate
+                                     else []), SaveState(cfg.save_every), Progress(on_step), *callbacks]
+    t0, tokens0 = time.perf_counter(), loop.state.tokens
+    while loop.state.step < loop.total:
+        _run_epoch(loop, get(loop.state.epoch), collate_fn, cbs)
+    for hook in ("on_end", "on_close"):
+        for cb in cbs:
+            getattr(cb, hook)(loop)
+    loop.acc.wait_for_everyone()
+    s, secs = loop.state, time.perf_counter() - t0
+    return {"steps": s.step, "epochs_run": s.epoch + (1 if s.batch else 0), "final_loss": s.window_loss(),
+            "seconds": secs, "tokens_per_s": (s.tokens - tokens0) / secs if secs else 0.0,
+            "device": str(loop.acc.device), "processes": loop.acc.num_processes, "resumed_from": loop.resumed,
+            "curve": s.curve, "best": s.best}
+
+
+def _start(model: torch.nn.Module, n: int, cfg: TrainConfig, log: Log, state_dir: Path | None) -> Loop:
+    """Accelerator, seeds, optimiser and schedule for ``n`` examples per epoch; the saved state loaded."""
+    from accelerate import Accelerator
+
     device = resolve_device(cfg.device)
     # one process: plain training on `device`; under `accelerate launch`/torchrun: DDP over the processes,
     # each taking every num_processes-th batch (the global batch is batch_size x num_processes)
     acc = Accelerator(cpu=device.type == "cpu", mixed_precision="bf16" if device.type == "cuda" else "no")
-    device, nproc, rank, main = acc.device, acc.num_processes, acc.process_index, acc.is_main_process
-    torch.manual_seed(cfg.seed + rank)  # one dropout stream per rank
-    model.to(device).train()
-    per_epoch = steps_per_epoch(len(get(0)), cfg, nproc)
-    total = cfg.max_steps or per_epoch * cfg.epochs
+    torch.manual_seed(cfg.seed + acc.process_index)  # one dropout stream per rank
+    model.to(acc.device).train()
+    total = cfg.max_steps or steps_per_epoch(n, cfg, acc.num_processes) * cfg.epochs
     opt = _optimizer(model, cfg)
     sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
-    pos = {"step": 0, "epoch": 0, "batch": 0, "losses": [], "tokens": 0, "curve": [], "best": None}
-    sd = Path(state_dir) if state_dir is not None else None
-    best = _Best(sd)
-    resumed = None
-    if sd is not None:
-        loaded = _load_state(sd, model, opt, sched)
-        if loaded:
-            pos, resumed = {**pos, **loaded}, loaded["step"]
-            model.to(device)
-            log(f"resumed from step {resumed}")
-    unwrapped = model
-    model, opt = acc.prepare(model, opt)
+    state, resumed = TrainState(), None
+    loaded = _load_state(state_dir, model, opt, sched) if state_dir is not None else None
+    if loaded:
+        state, resumed = TrainState.from_json(loaded), loaded["step"]
+        model.to(acc.device)
+        log(f"resumed from step {resumed}")
+    wrapped, opt = acc.prepare(model, opt)
+    return Loop(wrapped, model, opt, sched, acc, cfg, state, total, state_dir, log, resumed)
 
-    def checkpoint_eval() -> None:
-        if evaluate is not None and main and (not pos["curve"] or pos["curve"][-1]["step"] != pos["step"]):
-            point = {"step": pos["step"], "epoch": pos["epoch"], "train_loss": float(np.mean(pos["losses"])),
-                     **evaluate(unwrapped)}
-            unwrapped.train()
-            pos["curve"].append(point)
-            log("eval " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items()))
-            if best_metric and (pos["best"] is None or point[best_metric] > pos["best"][best_metric]):
-                pos["best"] = point
-                best.save(unwrapped)
-        acc.wait_for_everyone()
-        if best_metric:
-            save()  # right after best.pt, so that a resumed run knows which evaluation it holds
 
-    def save() -> None:
-        acc.wait_for_everyone()
-        if sd is not None and main:
-            _save_state(sd, unwrapped, opt, sched, pos)
-
-    bar = tqdm(total=total, initial=pos["step"], desc="train", disable=not (main and _tty()))
-    t0 = time.perf_counter()
-    tokens0 = pos["tokens"]
-    while pos["step"] < total:
-        data = get(pos["epoch"])
-        idx = rank_batches(len(data), cfg, pos["epoch"], rank, nproc, epoch_order(data, cfg, pos["epoch"]))
-        for k, batch in enumerate(_loader(data, idx[pos["batch"]:], collate_fn, cfg, device), start=pos["batch"]):
-            batch = {key: v.to(device, non_blocking=True) for key, v in batch.items()}
-            with acc.autocast():
-                loss = model(**batch).loss / cfg.grad_accum
-            acc.backward(loss)
-            pos["tokens"] += int(batch["input_ids"].numel()) * nproc
-            if (k + 1) % cfg.grad_accum and k + 1 < len(idx):
-                continue
-            acc.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            pos["step"] += 1
-            pos["batch"] = k + 1
-            pos["losses"] = (pos["losses"] + [loss.item() * cfg.grad_accum])[-cfg.log_every:]
-            bar.update(1)
-            if main and (pos["step"] % cfg.log_every == 0 or pos["step"] == total):
-                log(f"step {pos['step']}/{total} loss {np.mean(pos['losses']):.4f} lr {sched.get_last_lr()[0]:.2e}")
-            if cfg.eval_every and pos["step"] % cfg.eval_every == 0:
-                checkpoint_eval()
-            if cfg.save_every and pos["step"] % cfg.save_every == 0:
-                save()
-            if on_step is not None:
-                on_step(pos["step"], total)
-            if pos["step"] >= total:
-                break
-        else:
-            pos["epoch"], pos["batch"] = pos["epoch"] + 1, 0
-            if not cfg.eval_every and pos["step"] < total:
-                checkpoint_eval()
-    bar.close()
-    checkpoint_eval()
-    if resumed != pos["step"]:
-        save()  # final state: a rerun of a finished loop is a no-op
-    if best_metric:
-        best.restore(unwrapped)
-    acc.wait_for_everyone()
-    secs = time.perf_counter() - t0
-    return {"steps": pos["step"], "epochs_run": pos["epoch"] + (1 if pos["batch"] else 0),
-            "final_loss": float(np.mean(pos["losses"])), "seconds": secs,
-            "tokens_per_s": (pos["tokens"] - tokens0) / secs if secs else 0.0, "device": str(device),
-            "processes": nproc, "resumed_from": resumed, "curve": pos["curve"], "best": pos["best"]}
+def _run_epoch(loop: Loop, data, collate_fn: Callable, cbs: list[Callback]) -> None:
+    """This process's batches of the state's epoch from the state's batch on, until the epoch or the step
+    budget ends; a step is ``grad_accum`` micro-batches (the epoch's last step may take fewer)."""
+    s, cfg, acc = loop.state, loop.cfg, loop.acc
+    idx = rank_batches(len(data), cfg, s.epoch, acc.process_index, acc.num_processes, epoch_order(data, cfg, s.epoch))
+    micro: list[float] = []
+    for k, batch in enumerate(_loader(data, idx[s.batch:], collate_fn, cfg, acc.device), start=s.batch):
+        batch = {key: v.to(acc.device, non_blocking=True) for key, v in batch.items()}
+        with acc.autocast():
+            loss = loop.model(**batch).loss
+        acc.backward(loss / cfg.grad_accum)
+        micro.append(loss.item())
+        s.tokens += sum(int(v.numel()) for key, v in batch.items() if key.endswith("input_ids")) * acc.num_processes
+        if (k + 1) % cfg.grad_accum and k + 1 < len(idx):
+            continue
+        acc.clip_grad_norm_(loop.model.parameters(), 1.0)
+        loop.opt.step()
+        loop.sched.step()
+        loop.opt.zero_grad(set_to_none=True)
+        s.step, s.batch = s.step + 1, k + 1
+        s.losses = (s.losses + [float(np.mean(micro))])[-cfg.log_every:]
+        micro = []
+        for cb in cbs:
+            cb.on_step(loop)
+        if s.step >= loop.total:
+            return
+    s.epoch, s.batch = s.epoch + 1, 0
+    if s.step < loop.total:
+        for cb in cbs:
+            cb.on_epoch_end(loop)
 
 
 @torch.no_grad()
@@ -375,6 +514,4 @@ def evaluate_classifier(model: torch.nn.Module, examples: Sequence[dict], collat
             logits = model(**batch).logits
         preds += logits.argmax(-1).tolist()
         gold += batch["labels"].tolist()
-    from model.baselines import classification_scores
-
     return classification_scores(np.array(preds), np.array(gold))

@@ -6,8 +6,10 @@ from retrieval.chunks import ChunkConfig
 from storage.contracts import Stage
 
 ENCODER = "models/finetune-policysm1"
-_CODE = ("retrieval.chunks", "retrieval.index", "retrieval.embed", "retrieval.encoders", "retrieval.pinning",
-         "retrieval.sparse", "retrieval.sparse_build", "retrieval.hybrid", "model.features", "model.modeling", "storage")
+_CODE = ("retrieval.chunks", "retrieval.index", "retrieval.embed", "retrieval.encoders", "retrieval.encoding",
+         "retrieval.pinning", "retrieval.sparse", "retrieval.sparse_build", "retrieval.hybrid", "retrieval.dense",
+         "retrieval.build", "retrieval.versions", "retrieval.fusion", "retrieval.mining", "retrieval.metrics",
+         "retrieval.retrievers", "model.features", "model.modeling", "storage")
 
 PLANS, PARTS = "cache/parts/index-plan", "cache/parts/embed-part"
 INDEX_PLAN = Stage("index-plan", "retrieval.stages:index_plan_stage", reads=("documents_clean", ENCODER),
@@ -17,5 +19,5 @@ EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", read
 INDEX = Stage("index", "retrieval.stages:index_publish_stage", reads=("documents_clean", ENCODER), writes=("index",),
               code=_CODE, config=ChunkConfig, scratch=(PLANS, PARTS))
 EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
-                 writes=("eval/retrieval",), code=("retrieval.evaluate", *_CODE, "corpus.segment"))
+                 writes=("eval/retrieval",), code=("retrieval.evaluate", *_CODE, "corpus.segment", "retrieval.query"))
 STAGES = (INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)

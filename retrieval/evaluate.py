@@ -1,21 +1,43 @@
-"""Retrieval evaluation (issue: retrieval): known-item search over the chunk index.
+"""Known-item evaluation of an index version (SPEC §7): document titles and citations as queries, a hit is
+any chunk of the query's document in the top k; recall@1/5/10 and MRR@10 (:mod:`retrieval.metrics`).
 
-Queries are document titles and their citations (``describes``); a hit is any chunk of that
-document in the top k. Reported per system: recall@1/5/10 and MRR@10, for the PolicyBERT index,
-the same architecture untrained (random init: what the training adds), and BM25 over HanLP tokens
-(rank-bm25). For approximate indexes (IVF, HNSW) built over the same vectors: recall@10 of their
-top-10 chunk lists against the exact index.
+Everything is read from the version itself, nothing is built twice: the dense row ranks the version's stored
+vectors with its pinned encoder's query vectors, the BM25 row is the version's own sparse side (bm25s, tokens
+of the segmenter that built it), the hybrid row its fitted fusion (:class:`retrieval.retrievers.Retriever`).
+The baseline that cannot learn, the same architecture randomly initialised, must embed every chunk again: it
+is computed only up to ``EvalConfig.untrained_max_chunks`` chunks. The documents are read shard by shard.
+The recall@10 of IVF and HNSW indexes over the stored vectors against exact search, on the evaluation's
+query vectors, is reported beside the table (:func:`retrieval.metrics.ann_recall`).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import os
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from retrieval.index import IndexConfig, build_index
+from retrieval.dense import IndexConfig, build_index
+from retrieval.encoders import Encoder
+from retrieval.encoding import encode_corpus, encode_queries
+from retrieval.metrics import ann_recall, doc_metrics
+from retrieval.retrievers import DenseRetriever, Hit, Retriever, encoder_dir_of
+from storage.tables import iter_table
 
-KS = (1, 5, 10)
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """untrained_max_chunks: largest version (chunks) for which the untrained-encoder row is computed (it
+    embeds every chunk again; None: always, 0: never); k: hits ranked per query (recall@k up to it); seed: the
+    untrained encoder's initialisation."""
+
+    untrained_max_chunks: int | None = 20_000
+    k: int = 10
+    seed: int = 13
+
+    def __post_init__(self):
+        if self.untrained_max_chunks is not None and self.untrained_max_chunks < 0:
+            raise ValueError(f"untrained_max_chunks must be >= 0 or None, got {self.untrained_max_chunks!r}")
 
 
 def make_queries(docs: pd.DataFrame) -> pd.DataFrame:
@@ -29,76 +51,53 @@ def make_queries(docs: pd.DataFrame) -> pd.DataFrame:
     return q.drop_duplicates(["query", "doc_id"]).drop_duplicates("query", keep=False).reset_index(drop=True)
 
 
-def rank_metrics(ranked_docs: Sequence[Sequence[str]], targets: Sequence[str]) -> dict:
-    """recall@k (k in 1, 5, 10) and MRR@10 from ranked doc-id lists (one per query; chunks mapped to docs)."""
-    ranks = []
-    for docs, t in zip(ranked_docs, targets):
-        pos = next((i for i, d in enumerate(docs[:10]) if d == t), None)
-        ranks.append(pos)
-    n = max(len(ranks), 1)
-    out = {f"recall@{k}": sum(1 for r in ranks if r is not None and r < k) / n for k in KS}
-    out["mrr@10"] = sum(1.0 / (r + 1) for r in ranks if r is not None) / n
-    out["queries"] = len(ranks)
-    return out
+def read_queries(clean_dir: str | os.PathLike) -> pd.DataFrame:
+    """:func:`make_queries` over ``documents_clean``, read shard by shard (only doc_id, title, citation)."""
+    parts = [make_queries(df) for df in iter_table(clean_dir, ["doc_id", "title", "citation"])]
+    rows = pd.concat(parts, ignore_index=True) if parts else make_queries(pd.DataFrame(columns=["doc_id", "title"]))
+    return rows.drop_duplicates(["query", "doc_id"]).drop_duplicates("query", keep=False).reset_index(drop=True)
 
 
-def dense_rankings(index, chunk_docs: dict[int, str], query_vecs: np.ndarray, k: int = 10) -> list[list[str]]:
-    """Doc ids of the top-k chunks per query from a FAISS index."""
-    _, ids = index.search(np.ascontiguousarray(query_vecs, dtype=np.float32), k)
-    return [[chunk_docs[int(i)] for i in row if i >= 0] for row in ids]
+def hit_docs(retriever: Retriever, hits: list[list[Hit]]) -> list[list[str]]:
+    """Doc ids of ranked hits (chunk rows of ``retriever``'s version)."""
+    doc = retriever.chunks["doc_id"].astype(str).to_numpy()
+    return [[doc[h.row] for h in hh] for hh in hits]
 
 
-def bm25_rankings(chunk_tokens: list[list[str]], chunk_doc_ids: list[str], query_tokens: list[list[str]],
-                  k: int = 10) -> list[list[str]]:
-    """Doc ids of the top-k chunks per query under BM25 (Okapi, rank-bm25)."""
-    from rank_bm25 import BM25Okapi
-
-    bm25 = BM25Okapi(chunk_tokens)
-    out = []
-    for q in query_tokens:
-        scores = bm25.get_scores(q)
-        top = np.argsort(-scores, kind="stable")[:k]
-        out.append([chunk_doc_ids[i] for i in top])
-    return out
-
-
-def ann_recall(vectors: np.ndarray, ids: np.ndarray, query_vecs: np.ndarray, cfg: IndexConfig, k: int = 10) -> float:
-    """Share of the exact top-k chunk ids that an approximate index (``cfg``) also returns."""
-    exact = build_index(vectors, ids, IndexConfig(kind="flat"))
-    approx = build_index(vectors, ids, cfg)
-    _, e = exact.search(query_vecs, k)
-    _, a = approx.search(query_vecs, k)
-    hits = sum(len(set(x[x >= 0]) & set(y[y >= 0])) for x, y in zip(e, a))
-    return hits / max(int((e >= 0).sum()), 1)
+def version_rows(retriever: Retriever, queries: pd.DataFrame, cfg: EvalConfig = EvalConfig()) -> list[dict]:
+    """Rows (system, recall@1/5/10, mrr@10, queries) of the version's dense side (``policybert``), its BM25
+    side (``bm25-<segmenter>``) and its hybrid (``hybrid``); a version without a sparse side has the dense row
+    only."""
+    q, gold = queries["query"].tolist(), queries["doc_id"].astype(str).tolist()
+    modes = [("policybert", "dense")]
+    if retriever.sparse is not None:
+        backend = retriever.manifest["sparse"]["backend"].split("-")[0]
+        modes += [(f"bm25-{backend}", "sparse"), ("hybrid", "hybrid")]
+    return [{"system": name, **doc_metrics(hit_docs(retriever, retriever.hybrid.search_many(q, cfg.k, mode)), gold)}
+            for name, mode in modes]
 
 
-def evaluate_systems(chunks: pd.DataFrame, queries: pd.DataFrame, encoders: dict[str, Callable[[list[str]], np.ndarray]],
-                     tokenize: Callable[[list[str]], list[list[str]]], stored: dict[str, np.ndarray] | None = None
-                     ) -> tuple[pd.DataFrame, dict]:
-    """Evaluate dense encoders and BM25 side by side.
+def untrained_row(retriever: Retriever, index_root, queries: pd.DataFrame, cfg: EvalConfig) -> dict | None:
+    """The row of the same encoder architecture randomly initialised (``untrained``: what training adds), or
+    None when the version has more than ``cfg.untrained_max_chunks`` chunks."""
+    n = len(retriever.chunks)
+    if cfg.untrained_max_chunks is not None and n > cfg.untrained_max_chunks:
+        return None
+    enc = Encoder.untrained_like(encoder_dir_of(index_root, retriever.manifest), cfg.seed)
+    vecs = encode_corpus(enc, retriever.chunks["text"].tolist())
+    index = build_index(vecs, np.arange(n, dtype=np.int64))
+    hits = DenseRetriever(index, enc).search_vectors(encode_queries(enc, queries["query"].tolist()), cfg.k)
+    return {"system": "untrained", **doc_metrics(hit_docs(retriever, hits), queries["doc_id"].astype(str).tolist())}
 
-    Args:
-        chunks: chunk_id, doc_id, text. queries: query, doc_id.
-        encoders: system name -> text encoder; ``stored`` may give precomputed chunk vectors per name.
-        tokenize: texts -> tokens (HanLP segmentation) for BM25.
 
-    Returns:
-        ``(table, extra)``: one row per system with recall@1/5/10, mrr@10, queries; extra holds the
-        IVF/HNSW recall@10 against exact search for the first dense system.
-    """
-    ids = chunks["chunk_id"].to_numpy(np.int64)
-    chunk_docs = dict(zip(ids.tolist(), chunks["doc_id"]))
-    targets = queries["doc_id"].tolist()
-    rows, extra = [], {}
-    for name, enc in encoders.items():
-        vecs = (stored or {}).get(name)
-        if vecs is None:
-            vecs = enc(chunks["text"].tolist())
-        qv = enc(queries["query"].tolist())
-        rows.append({"system": name, **rank_metrics(dense_rankings(build_index(vecs, ids), chunk_docs, qv), targets)})
-        if not extra:
-            extra = {f"{kind}_recall@10_vs_exact": ann_recall(vecs, ids, qv, IndexConfig(kind=kind))
-                     for kind in ("ivf", "hnsw")}
-    bm = bm25_rankings(tokenize(chunks["text"].tolist()), chunks["doc_id"].tolist(), tokenize(queries["query"].tolist()))
-    rows.append({"system": "bm25-hanlp", **rank_metrics(bm, targets)})
-    return pd.DataFrame(rows), extra
+def ann_recalls(retriever: Retriever, queries: pd.DataFrame, k: int = 10) -> dict:
+    """recall@k of an IVF and an HNSW index over the version's stored vectors against exact search, with the
+    evaluation's query vectors: ``{"ivf_recall@10_vs_exact", "hnsw_recall@10_vs_exact"}`` ({} without stored
+    vectors)."""
+    if retriever.vectors is None or not len(queries):
+        return {}
+    vecs = np.asarray(retriever.vectors, dtype=np.float32)
+    ids = retriever.chunks["chunk_id"].to_numpy(np.int64)
+    qv = encode_queries(retriever.encoder, queries["query"].tolist())
+    return {f"{kind}_recall@{k}_vs_exact": ann_recall(build_index(vecs, ids, IndexConfig(kind=kind)), vecs, ids, qv, k)
+            for kind in ("ivf", "hnsw")}

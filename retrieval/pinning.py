@@ -1,4 +1,4 @@
-"""Encoder pinning (issue 12): every index version names the exact encoder that embedded it.
+"""Encoder pinning (SPEC §7): every index version names the exact encoder that embedded it.
 
 ``model_id`` content-addresses a checkpoint: sha256 over every weight file of any format and the
 files that decide what the weights compute (config, tokenizer vocabularies, the retrieval pooling

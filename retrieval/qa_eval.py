@@ -1,4 +1,4 @@
-"""Retrieval evaluation on real questions (issue 12): LeCoQA legal-consultation questions against a pool of
+"""Retrieval evaluation on real questions (SPEC §7): LeCoQA legal-consultation questions against a pool of
 statute articles (``../shared/qa/``, see its README).
 
 Each article is one document and one chunk (articles are short: the encoders embed longer ones in
@@ -29,8 +29,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from retrieval.hybrid import FusionConfig, doc_metrics, fit_fusion, fuse, mask_leads, mine_queries
-from retrieval.index import build_index
+from retrieval.dense import build_index, search_rows
+from retrieval.encoders import Encoder
+from retrieval.encoding import corpus_fn, queries_fn
+from retrieval.fusion import FusionConfig, fit_fusion, fuse
+from retrieval.metrics import doc_metrics
+from retrieval.mining import mask_leads, mine_queries
+from retrieval.pinning import model_id
 from retrieval.sparse import SparseConfig, SparseIndex, make_tokenizer
 
 _ARTICLE_NO = re.compile(r"^第[零一二三四五六七八九十百千万〇\d]+条(之[一二三四五六七八九十]+)?\s*")
@@ -98,9 +103,8 @@ def cached_embeddings(encode: Callable[[list[str]], np.ndarray], texts: list[str
 
 
 def _dense_rows(vecs: np.ndarray, qvecs: np.ndarray, depth: int) -> list[list[int]]:
-    index = build_index(vecs, np.arange(len(vecs), dtype=np.int64))
-    _, ids = index.search(np.ascontiguousarray(qvecs, np.float32), depth)
-    return [[int(i) for i in row if i >= 0] for row in ids]
+    """Rows of the top ``depth`` pool vectors per query vector (exact search)."""
+    return search_rows(build_index(vecs, np.arange(len(vecs), dtype=np.int64)), qvecs, depth)[0]
 
 
 def _docs(rows: list[list[int]], doc_ids: list[str], k: int = 10) -> list[list[str]]:
@@ -121,13 +125,10 @@ class DenseSystem:
 def dense_system(name: str, ckpt_dir: str | os.PathLike, untrained: bool = False, seed: int = 13,
                  batch_size: int = 64) -> DenseSystem:
     """A :class:`DenseSystem` from a checkpoint dir (``untrained``: same architecture, random init)."""
-    from retrieval.encoders import Encoder
-    from retrieval.pinning import model_id
-
     enc = Encoder.untrained_like(ckpt_dir, seed) if untrained else Encoder.from_checkpoint(ckpt_dir, batch_size)
     enc.batch_size = batch_size
     mid = model_id(ckpt_dir) + (f"-untrained{seed}" if untrained else "")
-    return DenseSystem(name, enc, enc.queries, mid)
+    return DenseSystem(name, corpus_fn(enc), queries_fn(enc), mid)
 
 
 def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[DenseSystem],
@@ -148,20 +149,9 @@ def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[Dense
     mined = mined_pool_queries(pool, cfg.fusion)
     sets = {"questions": questions, "mined": mined}
     info: dict = {"segmenter": ident, "pool": len(pool), "mined_queries": len(mined), "seconds": {}}
-    t = time.perf_counter()
     texts = pool["text"].tolist()
-    tokens = tokenize(texts)
-    sp = SparseIndex.build(tokens, cfg.sparse)
-    masked = mask_leads(texts, doc_ids, mined) if cfg.fusion.mask_leads else {}
-    fit_tokens = list(tokens)
-    for r, tk in zip(masked, tokenize(list(masked.values()))):
-        fit_tokens[r] = tk
-    fit_sp = SparseIndex.build(fit_tokens, cfg.sparse) if masked else sp
-    info["seconds"]["bm25_index"] = time.perf_counter() - t
-    info["masked_articles"] = len(masked)
+    sparse_rows, masked = _sparse_rankings(texts, doc_ids, sets, tokenize, cfg, info)
     depth = cfg.fusion.depth
-    sparse_rows = {n: [(fit_sp if n == "mined" else sp).top(tk, depth)[0].tolist()
-                       for tk in tokenize(q["query"].tolist())] for n, q in sets.items()}
     rows = [{"query_set": n, "system": "bm25", **doc_metrics(_docs(sparse_rows[n], doc_ids), q["gold"].tolist())}
             for n, q in sets.items()]
     for s in systems:
@@ -186,6 +176,24 @@ def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[Dense
                          **doc_metrics(_docs(fused, doc_ids), gold)})
     table = pd.DataFrame(rows).sort_values(["query_set", "system"], kind="stable").reset_index(drop=True)
     return table, info
+
+
+def _sparse_rankings(texts: list[str], doc_ids: list[str], sets: dict, tokenize, cfg: QAEvalConfig, info: dict
+                     ) -> tuple[dict[str, list[list[int]]], dict[int, str]]:
+    """BM25 rankings (top ``depth`` pool rows) of every query set, the ``mined`` set against the pool with each
+    lead cut out of its article (ICT); returns them with the masked articles ``{row: text}``."""
+    t = time.perf_counter()
+    tokens = tokenize(texts)
+    sp = SparseIndex.build(tokens, cfg.sparse)
+    masked = mask_leads(texts, doc_ids, sets["mined"]) if cfg.fusion.mask_leads else {}
+    fit_tokens = list(tokens)
+    for r, tk in zip(masked, tokenize(list(masked.values()))):
+        fit_tokens[r] = tk
+    fit_sp = SparseIndex.build(fit_tokens, cfg.sparse) if masked else sp
+    info["seconds"]["bm25_index"] = time.perf_counter() - t
+    info["masked_articles"] = len(masked)
+    return {n: [(fit_sp if n == "mined" else sp).top(tk, cfg.fusion.depth)[0].tolist()
+                for tk in tokenize(q["query"].tolist())] for n, q in sets.items()}, masked
 
 
 def write_results(table: pd.DataFrame, info: dict, cfg: QAEvalConfig, out_dir: str | os.PathLike) -> Path:

@@ -1,4 +1,4 @@
-"""Sparse side of an index version (issue 12): BM25 over the segmenter's tokens, with ``bm25s``.
+"""Sparse side of an index version (SPEC §7): BM25 over the segmenter's tokens, with ``bm25s``.
 
 Chunks are tokenized with the corpus segmenter (``corpus.segment.load_segmenter``; tokens without a
 letter or digit dropped, Latin lower-cased) and scored with Okapi BM25 (Robertson & Zaragoza 2009,
@@ -14,11 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import bm25s
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from corpus.segment import load_segmenter
 from storage.bounds import check_bounds, check_choice
 
 TOKENS = "tokens.parquet"
@@ -52,8 +54,6 @@ def make_tokenizer(backend: str = "auto") -> tuple[Tokenize, dict]:
     Raises:
         corpus.segment.SegmenterUnavailable / ValueError: see ``load_segmenter``.
     """
-    from corpus.segment import load_segmenter
-
     seg = load_segmenter(backend)
 
     def tokenize(texts: Sequence[str]) -> list[list[str]]:
@@ -74,8 +74,6 @@ class SparseIndex:
     @classmethod
     def build(cls, tokens: Sequence[Sequence[str]], cfg: SparseConfig = SparseConfig()) -> "SparseIndex":
         """Index token lists (one per chunk; an empty list is a chunk no query matches)."""
-        import bm25s
-
         corpus = [list(t) if len(t) else [""] for t in tokens]
         bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
         bm25.index(corpus, show_progress=False)
@@ -92,8 +90,6 @@ class SparseIndex:
         Raises:
             FileNotFoundError: ``d`` holds no bm25s index.
         """
-        import bm25s
-
         if not (Path(d) / "params.index.json").is_file():
             raise FileNotFoundError(f"no sparse index in {d}")
         bm25 = bm25s.BM25.load(str(d), load_corpus=False)

@@ -1,6 +1,6 @@
-"""Build the sparse side of an index version and fit its hybrid weights (issue 12), at publish time.
+"""The sparse side of an index version and its fitted hybrid weights (SPEC §7), built at publish time.
 
-Called by :func:`retrieval.index.publish_staged`. Reuses what the previous version already computed
+Called by :func:`retrieval.build.publish_staged`. Reuses what the previous version already computed
 (chunk tokens under the same segmenter and BM25 config; fit-query vectors under the same encoder), so a
 refresh after editing one document tokenizes and embeds only what changed.
 """
@@ -17,9 +17,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from retrieval.hybrid import FusionConfig, fit_fusion, mask_leads
+from retrieval.dense import build_index, search_rows
+from retrieval.fusion import FusionConfig, fit_fusion
+from retrieval.mining import mask_leads
 from retrieval.sparse import SparseConfig, SparseIndex, Tokenize, make_tokenizer, read_tokens, sparse_key, write_tokens
 
+Embed = Callable[[list[str]], np.ndarray]
 SPARSE_DIR = "sparse"
 FUSION_DIR = "fusion"
 
@@ -73,26 +76,19 @@ def _prev_fit_cache(root: Path, prev: str | None) -> dict[str, tuple[list[str], 
     return {q: (list(t), np.asarray(v, np.float32)) for q, t, v in zip(df["query"], df["tokens"], df["vector"])}
 
 
-def dense_rows(index: faiss.Index, row_of: dict[int, int], qvecs: np.ndarray, depth: int) -> list[list[int]]:
-    """Chunk rows of the top ``depth`` dense hits per query vector (q, dim)."""
-    _, ids = index.search(np.ascontiguousarray(qvecs, dtype=np.float32), min(depth, max(index.ntotal, 1)))
-    return [[row_of[int(i)] for i in row if i >= 0] for row in ids]
-
-
 def build_sparse_side(root: Path, plan: dict, chunks: pd.DataFrame, index: faiss.Index, cfg: SparseConfig,
                       tokenizer: Callable[[], tuple[Tokenize, dict]] | None, fusion_queries: pd.DataFrame | None,
-                      query_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]],
-                      fusion: FusionConfig | None, vectors: np.ndarray | None = None,
-                      passage_embed_factory: Callable[[], Callable[[list[str]], np.ndarray]] | None = None
+                      query_embed_factory: Callable[[], Embed], fusion: FusionConfig | None,
+                      vectors: np.ndarray | None = None, passage_embed_factory: Callable[[], Embed] | None = None
                       ) -> SparseSide:
     """BM25 over the chunks (tokens reused from the previous version where its sparse key matches) and,
     with ``fusion_queries`` (query, doc_id), the fitted hybrid weights. With ``fusion.mask_leads`` the fit
     ranks a copy of the corpus whose chunks containing a lead query have it cut out
-    (:func:`retrieval.hybrid.mask_leads`); those chunks are re-tokenized and re-embedded with
+    (:func:`retrieval.mining.mask_leads`); those chunks are re-tokenized and re-embedded with
     ``passage_embed_factory()`` (needs ``vectors``; their vectors are reused from the previous version).
 
     Returns a :class:`SparseSide` whose ``manifest`` holds ``sparse`` (key, vocabulary size) and
-    ``fusion`` (:func:`retrieval.hybrid.fit_fusion`'s result).
+    ``fusion`` (:func:`retrieval.fusion.fit_fusion`'s result).
     """
     fusion = fusion or FusionConfig()
     tokenize, ident = (tokenizer or (lambda: make_tokenizer(cfg.segmenter)))()
@@ -100,50 +96,96 @@ def build_sparse_side(root: Path, plan: dict, chunks: pd.DataFrame, index: faiss
     prev = plan.get("previous")
     pm = _prev_manifest(root, prev)
     same_sparse = pm.get("sparse", {}).get("key") == key
-    old = read_tokens(root / prev / SPARSE_DIR) if same_sparse and prev else {}
     ids = chunks["chunk_id"].to_numpy(np.int64)
+    tokens, n_todo = _chunk_tokens(root / prev / SPARSE_DIR if same_sparse and prev else None, ids, chunks, tokenize)
+    sp = SparseIndex.build(tokens, cfg)
+    man = {"sparse": {"dir": SPARSE_DIR, "key": key, "vocab": int(len(sp.bm25.vocab_dict)),
+                      "backend": ident["backend"], "segmenter_model_id": ident["model_id"]}}
+    stats = {"sparse_tokenized": n_todo, "sparse_reused": len(ids) - n_todo}
+    side = SparseSide(man, stats, sp, tokens, ids)
+    if fusion_queries is None or not len(fusion_queries):
+        man["fusion"] = {"w_dense": 0.5, "w_sparse": 0.5, "rrf_k": fusion.rrf_k, "depth": fusion.depth,
+                         "fitted": False, "queries": 0}
+        return side
+    reuse = same_sparse and pm.get("model_id") == plan["model_id"]
+    fit = _FitInputs(root, prev if reuse else None, chunks, ids, tokens, tokenize, cfg)
+    q = fit.queries(fusion_queries, query_embed_factory)
+    fit_index, fit_sp, masked, mvecs = index, sp, {}, None
+    if fusion.mask_leads and vectors is not None and passage_embed_factory is not None:
+        masked = mask_leads(chunks["text"].tolist(), chunks["doc_id"].astype(str).tolist(), q)
+        fit_index, fit_sp, stats["fusion_masked_embedded"], mvecs = fit.masked_corpus(masked, vectors,
+                                                                                   passage_embed_factory)
+    dense = search_rows(fit_index, np.stack(q["vector"].tolist()), fusion.depth,
+                        {int(c): k for k, c in enumerate(ids)})[0]
+    sparse = [fit_sp.top(t, fusion.depth)[0].tolist() for t in q["tokens"]]
+    gold = q["doc_ids"].tolist() if "doc_ids" in q else q["doc_id"].astype(str).tolist()
+    man["fusion"] = {**fit_fusion(dense, sparse, chunks["doc_id"].astype(str).tolist(), gold, fusion),
+                     "masked_chunks": len(masked)}
+    stats.update(fusion_w_dense=man["fusion"]["w_dense"], fusion_queries_embedded=fit.embedded_queries)
+    side.fit_queries, side.masked = q, masked_cache_frame(masked, ids, mvecs)
+    return side
+
+
+def _chunk_tokens(prev_dir: Path | None, ids: np.ndarray, chunks: pd.DataFrame, tokenize: Tokenize
+                  ) -> tuple[list[list[str]], int]:
+    """Tokens of every chunk (those stored in ``prev_dir`` reused by chunk id) and how many were tokenized."""
+    old = read_tokens(prev_dir) if prev_dir is not None else {}
     todo = [k for k, c in enumerate(ids) if int(c) not in old]
     fresh = tokenize(chunks["text"].iloc[todo].tolist()) if todo else []
     tokens = [old.get(int(c)) for c in ids]
     for k, t in zip(todo, fresh):
         tokens[k] = t
-    sp = SparseIndex.build(tokens, cfg)
-    man = {"sparse": {"dir": SPARSE_DIR, "key": key, "vocab": int(len(sp.bm25.vocab_dict)),
-                      "backend": ident["backend"], "segmenter_model_id": ident["model_id"]}}
-    stats = {"sparse_tokenized": len(todo), "sparse_reused": len(ids) - len(todo)}
-    fit_q = None
-    if fusion_queries is not None and len(fusion_queries):
-        cache = _prev_fit_cache(root, prev) if same_sparse and pm.get("model_id") == plan["model_id"] else {}
+    return tokens, len(todo)
+
+
+@dataclass
+class _FitInputs:
+    """What the fusion fit ranks: the fit queries (vectors and tokens, reused from ``prev``'s cache when
+    given) and the masked corpus (:meth:`masked_corpus`)."""
+
+    root: Path
+    prev: str | None
+    chunks: pd.DataFrame
+    ids: np.ndarray
+    tokens: list
+    tokenize: Tokenize
+    cfg: SparseConfig
+    embedded_queries: int = 0
+
+    def queries(self, fusion_queries: pd.DataFrame, embed_factory: Callable[[], Embed]) -> pd.DataFrame:
+        """``fusion_queries`` with ``vector`` and ``tokens`` columns (only uncached queries embedded)."""
+        cache = _prev_fit_cache(self.root, self.prev)
         q = fusion_queries.reset_index(drop=True).copy()
         miss = [i for i, t in enumerate(q["query"]) if t not in cache]
-        vecs = query_embed_factory()(q["query"].iloc[miss].tolist()) if miss else None
-        qtoks = tokenize(q["query"].iloc[miss].tolist()) if miss else []
+        vecs = embed_factory()(q["query"].iloc[miss].tolist()) if miss else None
+        qtoks = self.tokenize(q["query"].iloc[miss].tolist()) if miss else []
         vec_col = [cache[t][1] if t in cache else None for t in q["query"]]
         tok_col = [cache[t][0] if t in cache else None for t in q["query"]]
         for j, i in enumerate(miss):
             vec_col[i], tok_col[i] = vecs[j], qtoks[j]
         q["vector"], q["tokens"] = vec_col, tok_col
-        row_of = {int(c): k for k, c in enumerate(ids)}
-        fit_index, fit_sp, masked, mvecs = index, sp, {}, None
-        if fusion.mask_leads and vectors is not None and passage_embed_factory is not None:
-            masked = mask_leads(chunks["text"].tolist(), chunks["doc_id"].astype(str).tolist(), q)
-            fit_index, fit_sp, n_emb, mvecs = _masked_corpus(root, prev, masked, vectors, tokens, ids, cfg, tokenize,
-                                                      passage_embed_factory, same_sparse and
-                                                      pm.get("model_id") == plan["model_id"])
-            stats["fusion_masked_embedded"] = n_emb
-        dense = dense_rows(fit_index, row_of, np.stack(vec_col), fusion.depth)
-        sparse = [fit_sp.top(t, fusion.depth)[0].tolist() for t in tok_col]
-        gold = q["doc_ids"].tolist() if "doc_ids" in q else q["doc_id"].astype(str).tolist()
-        man["fusion"] = {**fit_fusion(dense, sparse, chunks["doc_id"].astype(str).tolist(), gold, fusion),
-                         "masked_chunks": len(masked)}
-        stats.update(fusion_w_dense=man["fusion"]["w_dense"], fusion_queries_embedded=len(miss))
-        fit_q = q
-    else:
-        man["fusion"] = {"w_dense": 0.5, "w_sparse": 0.5, "rrf_k": fusion.rrf_k, "depth": fusion.depth,
-                         "fitted": False, "queries": 0}
-    side = SparseSide(man, stats, sp, tokens, ids, fit_q)
-    side.masked = masked_cache_frame(masked, ids, mvecs) if fit_q is not None else None
-    return side
+        self.embedded_queries = len(miss)
+        return q
+
+    def masked_corpus(self, masked: dict[int, str], vectors: np.ndarray, embed_factory: Callable[[], Embed]):
+        """(flat dense index, BM25 index, texts embedded, {row: masked vector}) over the corpus with ``masked``
+        rows replaced; masked vectors reused from ``prev``'s ``fusion/masked.parquet``."""
+        old = {}
+        p = self.root / (self.prev or "") / FUSION_DIR / "masked.parquet"
+        if self.prev and p.is_file():
+            df = pd.read_parquet(p)
+            old = {(int(c), t): np.asarray(v, np.float32) for c, t, v in zip(df["chunk_id"], df["text"], df["vector"])}
+        rows = sorted(masked)
+        todo = [r for r in rows if (int(self.ids[r]), masked[r]) not in old]
+        fresh = embed_factory()([masked[r] for r in todo]) if todo else None
+        mvecs = {r: old.get((int(self.ids[r]), masked[r])) for r in rows}
+        for j, r in enumerate(todo):
+            mvecs[r] = fresh[j]
+        fit_vecs = np.array(vectors, dtype=np.float32, copy=True)
+        fit_tokens = list(self.tokens)
+        for r, t in zip(rows, self.tokenize([masked[r] for r in rows]) if rows else []):
+            fit_vecs[r], fit_tokens[r] = mvecs[r], t
+        return build_index(fit_vecs, self.ids), SparseIndex.build(fit_tokens, self.cfg), len(todo), mvecs
 
 
 def masked_cache_frame(masked: dict[int, str], ids: np.ndarray, vecs: dict | None) -> pd.DataFrame | None:
@@ -153,29 +195,3 @@ def masked_cache_frame(masked: dict[int, str], ids: np.ndarray, vecs: dict | Non
     rows = sorted(masked)
     return pd.DataFrame({"chunk_id": [int(ids[r]) for r in rows], "text": [masked[r] for r in rows],
                          "vector": [vecs[r] for r in rows]})
-
-
-def _masked_corpus(root: Path, prev: str | None, masked: dict[int, str], vectors: np.ndarray, tokens: list,
-                   ids: np.ndarray, cfg: SparseConfig, tokenize: Tokenize, embed_factory, reuse: bool):
-    """(flat dense index, BM25 index, texts embedded, {row: masked vector}) over the corpus with ``masked`` rows replaced; the
-    masked vectors are reused from the previous version's ``fusion/masked.parquet`` when ``reuse``."""
-    from retrieval.index import build_index
-
-    old = {}
-    p = root / (prev or "") / FUSION_DIR / "masked.parquet"
-    if reuse and prev and p.is_file():
-        df = pd.read_parquet(p)
-        old = {(int(c), t): np.asarray(v, np.float32) for c, t, v in zip(df["chunk_id"], df["text"], df["vector"])}
-    rows = sorted(masked)
-    todo = [r for r in rows if (int(ids[r]), masked[r]) not in old]
-    fresh = embed_factory()([masked[r] for r in todo]) if todo else None
-    mvecs = {r: old.get((int(ids[r]), masked[r])) for r in rows}
-    for j, r in enumerate(todo):
-        mvecs[r] = fresh[j]
-    fit_vecs = np.array(vectors, dtype=np.float32, copy=True)
-    fit_tokens = list(tokens)
-    mtoks = tokenize([masked[r] for r in rows]) if rows else []
-    for r, t in zip(rows, mtoks):
-        fit_vecs[r] = mvecs[r]
-        fit_tokens[r] = t
-    return build_index(fit_vecs, ids), SparseIndex.build(fit_tokens, cfg), len(todo), mvecs

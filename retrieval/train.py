@@ -1,4 +1,4 @@
-"""Retrieval training of an encoder (issue 12): contrastive fine-tuning on pairs mined from the corpus.
+"""Retrieval training of an encoder (SPEC §7): contrastive fine-tuning on pairs mined from the corpus.
 
 Method (the FlagEmbedding / bge recipe, Xiao et al. 2023, "C-Pack", arXiv:2309.07597; DPR, Karpukhin et
 al. 2020, for in-batch negatives): InfoNCE over L2-normalised embeddings with temperature ``tau``; for a
@@ -15,19 +15,21 @@ Pairs come from the corpus only (no held-out questions), per document of ``docum
 - ``ict``: a sentence ↔ its neighbouring context with the sentence removed (Inverse Cloze Task, Lee et
   al. 2019, "Latent Retrieval for Weakly Supervised Open Domain QA").
 
-Documents are split by a seeded hash into train and dev (``dev_fraction``); the dev pairs measure
-query → its own passage among all dev passages (recall@1/5/10, MRR@10) for the starting encoder, BM25 and
-the trained encoder, so the learned figure stands beside its baselines (``metrics.json``).
+The model is a :class:`BiEncoder` whose forward returns its loss (FlagEmbedding's pattern), trained by the one
+engine of :mod:`model.training` (resume, DDP, bf16, best-by-dev). Documents are split by a seeded hash into
+train and held-out (``dev_fraction``), the held-out documents again into dev (picks the best checkpoint, MRR@10
+every ``eval_every`` steps) and test (never used for a choice). Each held-out set measures query → its own
+passage among all its passages (recall@1/5/10, MRR@10) for the starting encoder, BM25 and the trained encoder,
+so the learned figure stands beside its baselines on a split not tuned on (``metrics.json``).
 The result is an HF checkpoint (PolicyBERT: ``PolicyBertModel`` + vocab.txt + word_vocab.txt; BERT:
 ``BertModel`` + vocab.txt) with ``retrieval.json`` recording pooling and query instruction.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -35,12 +37,20 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 import torch
+from transformers import BertModel, BertTokenizerFast
 
-from retrieval.encoders import BertEncoder, RetrievalInfo, checkpoint_type, pool
-from retrieval.hybrid import doc_metrics
+from model.features import CharEncoder, WordMatcher, collate, encode, to_chars
+from model.modeling import PolicyBertModel
+from model.training import TrainConfig, resolve_device, train
+from retrieval.dense import build_index, search_rows
+from retrieval.encoders import RetrievalInfo, checkpoint_type, pool
+from retrieval.metrics import doc_metrics
+from retrieval.mining import mine_pairs, split_by_doc  # noqa: F401  (public API of this module)
+from retrieval.sparse import SparseIndex
+from storage.atomic import atomic_path
 
-_SENT = re.compile(r"[^。！？；!?;\n]+[。！？；!?;]*")
-_HEADING = re.compile(r"^(?:[一二三四五六七八九十]+、|（[一二三四五六七八九十]+）|第[一二三四五六七八九十百]+[条章节])")
+WORD_VOCAB = "word_vocab.txt"
+COPIED = ("vocab.txt", WORD_VOCAB, "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 
 
 @dataclass(frozen=True)
@@ -49,8 +59,11 @@ class RetrievalTrainConfig:
     lr, warmup_ratio, weight_decay: AdamW with linear warmup/decay; tau: InfoNCE temperature;
     max_query_len / max_passage_len: tokens incl. [CLS]/[SEP]; mine_depth, mine_from: rank window of the
     hard negatives; max_pairs: pairs kept (seeded sample; hard negatives are mined for all of them);
-    kinds: pair kinds; dev_fraction: documents held out for the dev figures (at most ``max_dev_pairs``); pooling: ``mean`` | ``cls`` | None (PolicyBERT mean, BERT cls);
-    query_instruction: prepended to queries; seed; device ``auto|cpu|cuda``. The defaults run in a few
+    kinds: pair kinds; dev_fraction: documents held out (half dev, half test; at most ``max_dev_pairs`` pairs
+    each); pooling: ``mean`` | ``cls`` | None (PolicyBERT mean, BERT cls);
+    query_instruction: prepended to queries; seed; device ``auto|cpu|cuda``; log_every / eval_every /
+    save_every: steps between log lines, dev evaluations, training states (resume); best_by_dev: keep the
+    checkpoint with the best dev MRR@10 (else the last). The defaults run in a few
     minutes on 2 CPU cores for the cpu-small model (hidden 128, 2 layers)."""
 
     steps: int = 200
@@ -73,101 +86,142 @@ class RetrievalTrainConfig:
     seed: int = 13
     device: str = "auto"
     log_every: int = 50
+    eval_every: int = 50
+    save_every: int = 50
+    best_by_dev: bool = True
 
 
-def _sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENT.findall(text or "") if s.strip()]
+class TextBatcher:
+    """Texts -> model inputs of a checkpoint's encoder: PolicyBERT chars + matched words (:func:`model.features.encode`,
+    word order seeded by the text, so a batch is the same whoever builds it) or BERT WordPiece; ``(texts, max_len)
+    -> dict`` of tensors (batch, seq)."""
 
+    def __init__(self, kind: str, tokenizer=None, enc: CharEncoder | None = None, matcher: WordMatcher | None = None,
+                 max_words: int = 1):
+        self.kind, self.tokenizer, self.enc, self.matcher, self.max_words = kind, tokenizer, enc, matcher, max_words
 
-def mine_pairs(docs: pd.DataFrame, cfg: RetrievalTrainConfig = RetrievalTrainConfig()) -> pd.DataFrame:
-    """Query ↔ passage pairs mined from documents (doc_id, text, optional title); see the module doc.
-
-    Passages are cut to ``max_passage_len - 2`` chars, queries to ``max_query_len - 2``. Returns columns
-    query, passage, doc_id, kind (at most ``max_pairs``, seeded sample, then in document order).
-    """
-    rng = np.random.default_rng(cfg.seed)
-    qmax, pmax = cfg.max_query_len - 2, cfg.max_passage_len - 2
-    rows = []
-    for r in docs.itertuples(index=False):
-        sents = _sentences(r.text)
-        if not sents:
-            continue
-        title = getattr(r, "title", None)
-        if "title" in cfg.kinds and isinstance(title, str) and len(title.strip()) >= 4:
-            rows.append((title.strip()[:qmax], "".join(sents)[:pmax], r.doc_id, "title"))
-        for i, s in enumerate(sents):
-            if "heading" in cfg.kinds and _HEADING.match(s) and 4 <= len(s) <= qmax and i + 1 < len(sents):
-                rows.append((s, "".join(sents[i + 1:])[:pmax], r.doc_id, "heading"))
-            elif "ict" in cfg.kinds and 8 <= len(s) <= qmax and len(sents) >= 3:
-                before, after = "".join(sents[max(0, i - 2):i]), "".join(sents[i + 1:i + 4])
-                ctx = (before[-(pmax // 3):] + after)[:pmax]  # the sentence itself removed (ICT)
-                if len(ctx) >= 16:
-                    rows.append((s, ctx, r.doc_id, "ict"))
-    pairs = pd.DataFrame(rows, columns=["query", "passage", "doc_id", "kind"]).drop_duplicates(["query", "passage"])
-    if len(pairs) > cfg.max_pairs:
-        keep = np.sort(rng.choice(len(pairs), cfg.max_pairs, replace=False))
-        pairs = pairs.iloc[keep]
-    return pairs.reset_index(drop=True)
-
-
-def split_by_doc(pairs: pd.DataFrame, dev_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(train, dev): a document's pairs all go to one side, by a seeded hash of its id."""
-    def is_dev(d: str) -> bool:
-        return int(hashlib.sha256(f"{seed}:{d}".encode()).hexdigest()[:8], 16) / 2**32 < dev_fraction
-
-    dev = pairs["doc_id"].map(is_dev)
-    return pairs[~dev].reset_index(drop=True), pairs[dev].reset_index(drop=True)
-
-
-class _Trainable:
-    """A checkpoint's encoder with a differentiable ``embed(texts, max_len)`` -> (n, hidden) normalised."""
-
-    def __init__(self, ckpt_dir, cfg: RetrievalTrainConfig, device: torch.device):
-        self.kind = checkpoint_type(ckpt_dir)
-        self.device, self.cfg = device, cfg
-        if self.kind == "bert":
-            from transformers import BertModel
-
-            self.model = BertModel.from_pretrained(str(ckpt_dir))
-            self.tokenizer = BertEncoder.load_tokenizer(ckpt_dir)
-            default_pool = "cls"
-        else:
-            from model.stages import load_encoder
-
-            self.model, self.enc, self.matcher = load_encoder(ckpt_dir)
-            default_pool = "mean"
-        self.pooling = cfg.pooling or default_pool
-        self.model.to(device)
-        self.rng = np.random.default_rng(cfg.seed)
-
-    def batch(self, texts: Sequence[str], max_len: int) -> dict:
+    def __call__(self, texts: Sequence[str], max_len: int) -> dict:
         if self.kind == "bert":
             return dict(self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_len,
                                        return_tensors="pt"))
-        from model.features import collate, encode, to_chars
-
-        mw = self.model.config.max_words
         ex = []
         for t in texts:
-            e = encode(to_chars(t)[:max_len - 2], None, self.enc, self.matcher, max_len, mw, self.rng)
+            e = encode(to_chars(t)[:max_len - 2], None, self.enc, self.matcher, max_len, self.max_words,
+                       np.random.default_rng(zlib.crc32(t.encode("utf-8"))))
             ex.append({"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "word_ids": e.word_ids,
                        "word_spans": e.word_spans})
-        return collate(ex, mw)
+        return collate(ex, self.max_words)
 
-    def embed(self, texts: Sequence[str], max_len: int) -> torch.Tensor:
-        b = {k: v.to(self.device) for k, v in self.batch(texts, max_len).items()}
-        states = self.model(**b).last_hidden_state
-        return pool(states, b["attention_mask"], self.pooling)
 
-    @torch.no_grad()
-    def embed_all(self, texts: Sequence[str], max_len: int, batch_size: int = 128) -> np.ndarray:
-        self.model.eval()
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
-        for i in range(0, len(order), batch_size):
-            idx = order[i:i + batch_size]
-            out[idx] = self.embed([texts[j] for j in idx], max_len).float().cpu().numpy()
-        return out
+@dataclass
+class RetrievalOutput:
+    """``loss``: InfoNCE, scalar; ``scores``: (queries, passages) similarities / tau."""
+
+    loss: torch.Tensor
+    scores: torch.Tensor
+
+
+class BiEncoder(torch.nn.Module):
+    """A shared encoder for queries and passages whose forward returns the contrastive loss (FlagEmbedding's
+    ``BiEncoderModel`` pattern): InfoNCE (van den Oord et al. 2018) of query i against passage i among all passages
+    of the batch (in-batch and hard negatives, DPR, Karpukhin et al. 2020), temperature ``tau``.
+
+    forward(q_input_ids, q_attention_mask, ..., p_input_ids, ...): the ``q_`` / ``p_`` inputs of B queries and
+    P >= B passages (the first B are the positives) -> :class:`RetrievalOutput`.
+    """
+
+    def __init__(self, encoder: torch.nn.Module, pooling: str, tau: float):
+        super().__init__()
+        self.encoder, self.pooling, self.tau = encoder, pooling, tau
+
+    def embed(self, inputs: dict) -> torch.Tensor:
+        """L2-normalised vectors (batch, hidden) of one input batch (:func:`retrieval.encoders.pool`)."""
+        states = self.encoder(**inputs).last_hidden_state
+        return pool(states.float(), inputs["attention_mask"], self.pooling)
+
+    def forward(self, **batch: torch.Tensor) -> RetrievalOutput:
+        q = self.embed({k[2:]: v for k, v in batch.items() if k.startswith("q_")})
+        p = self.embed({k[2:]: v for k, v in batch.items() if k.startswith("p_")})
+        scores = q @ p.T / self.tau
+        return RetrievalOutput(torch.nn.functional.cross_entropy(scores, torch.arange(len(q), device=q.device)), scores)
+
+
+def load_bi_encoder(ckpt_dir, cfg: RetrievalTrainConfig) -> tuple[BiEncoder, TextBatcher]:
+    """The :class:`BiEncoder` of a checkpoint (PolicyBERT: mean pooling by default; plain BERT: CLS) and its
+    :class:`TextBatcher`."""
+    if checkpoint_type(ckpt_dir) == "bert":
+        # the tokenizer as transformers loads a checkpoint's (vocab.txt, tokenizer_config.json): under transformers
+        # 5 ``BertTokenizerFast(vocab_file=...)`` ignores the file and maps every char to [UNK]
+        model, batcher, default = (BertModel.from_pretrained(str(ckpt_dir)),
+                                   TextBatcher("bert", BertTokenizerFast.from_pretrained(str(ckpt_dir))), "cls")
+    else:
+        model = PolicyBertModel.from_pretrained(ckpt_dir)
+        batcher = TextBatcher("policybert", enc=CharEncoder.from_dir(ckpt_dir),
+                              matcher=WordMatcher.from_file(Path(ckpt_dir) / WORD_VOCAB), max_words=model.config.max_words)
+        default = "mean"
+    return BiEncoder(model, cfg.pooling or default, cfg.tau), batcher
+
+
+@dataclass(frozen=True)
+class PairCollator:
+    """Examples ``{"query", "passages"}`` (positive first, then hard negatives) -> one batch: the queries
+    (instruction prepended) as ``q_*``, all positives then all negatives as ``p_*``."""
+
+    batcher: TextBatcher
+    query_instruction: str
+    max_query_len: int
+    max_passage_len: int
+
+    def __call__(self, examples: list[dict]) -> dict:
+        passages = [e["passages"][0] for e in examples] + [p for e in examples for p in e["passages"][1:]]
+        q = self.batcher([self.query_instruction + e["query"] for e in examples], self.max_query_len)
+        p = self.batcher(passages, self.max_passage_len)
+        return {**{f"q_{k}": v for k, v in q.items()}, **{f"p_{k}": v for k, v in p.items()}}
+
+
+class PairExamples(list):
+    """Training examples whose epoch order puts pairs of distinct documents into each batch where possible (a
+    second pair of a query's document would be a false in-batch negative); ``epoch_order(seed, epoch)`` is read
+    by :func:`model.training.train`."""
+
+    def __init__(self, examples: list[dict], docs: Sequence[str], batch_size: int):
+        super().__init__(examples)
+        self.docs, self.batch_size = np.asarray(docs), batch_size
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """A seeded permutation, rearranged greedily so each window of ``batch_size`` has distinct documents."""
+        rest = list(np.random.default_rng([seed, epoch]).permutation(len(self)))
+        order: list[int] = []
+        while rest:
+            seen, keep = set(), []
+            for i in rest:
+                if len(seen) < self.batch_size and self.docs[i] not in seen:
+                    seen.add(self.docs[i])
+                    order.append(i)
+                else:
+                    keep.append(i)
+            if len(keep) == len(rest):  # no new document left: take the rest as they come
+                order += keep
+                break
+            rest = keep
+        return np.asarray(order)
+
+
+@torch.no_grad()
+def embed_all(model: BiEncoder, batcher: TextBatcher, texts: Sequence[str], max_len: int,
+              batch_size: int = 128) -> np.ndarray:
+    """Vectors (len(texts), hidden) float32 of ``texts`` (sorted by length into batches), the model left in
+    training mode."""
+    model.eval()
+    dev = next(model.parameters()).device
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.zeros((len(texts), model.encoder.config.hidden_size), dtype=np.float32)
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        b = {k: v.to(dev) for k, v in batcher([texts[j] for j in idx], max_len).items()}
+        out[idx] = model.embed(b).float().cpu().numpy()
+    model.train()
+    return out
 
 
 def mine_hard_negatives(qvecs: np.ndarray, pvecs: np.ndarray, pair_docs: Sequence[str], n: int, depth: int,
@@ -177,16 +231,13 @@ def mine_hard_negatives(qvecs: np.ndarray, pvecs: np.ndarray, pair_docs: Sequenc
 
     Args: qvecs (q, d), pvecs (p, d) normalised; pair_docs: doc id of each passage. Returns (q, n) int64.
     """
-    from retrieval.index import build_index
-
     out = np.full((len(qvecs), n), -1, dtype=np.int64)
     if n == 0:
         return out
-    index = build_index(pvecs, np.arange(len(pvecs), dtype=np.int64))
-    _, ids = index.search(np.ascontiguousarray(qvecs, np.float32), min(depth, len(pvecs)))
+    rows = search_rows(build_index(pvecs, np.arange(len(pvecs), dtype=np.int64)), qvecs, depth)[0]
     docs = np.asarray(pair_docs)
-    for qi, row in enumerate(ids):
-        cand = [int(p) for p in row[start - 1:] if p >= 0 and docs[p] != docs[qi]]
+    for qi, row in enumerate(rows):
+        cand = [p for p in row[start - 1:] if docs[p] != docs[qi]]
         if cand:
             out[qi, :min(n, len(cand))] = rng.choice(cand, min(n, len(cand)), replace=False)
     return out
@@ -194,117 +245,120 @@ def mine_hard_negatives(qvecs: np.ndarray, pvecs: np.ndarray, pair_docs: Sequenc
 
 def pair_retrieval_metrics(qvecs: np.ndarray, pvecs: np.ndarray) -> dict:
     """Query i -> passage retrieval among all dev passages (a hit: passage i itself)."""
-    from retrieval.index import build_index
-
-    index = build_index(pvecs, np.arange(len(pvecs), dtype=np.int64))
-    _, ids = index.search(np.ascontiguousarray(qvecs, np.float32), min(10, len(pvecs)))
-    return doc_metrics([[str(p) for p in row if p >= 0] for row in ids], [str(i) for i in range(len(qvecs))])
+    rows = search_rows(build_index(pvecs, np.arange(len(pvecs), dtype=np.int64)), qvecs, 10)[0]
+    return doc_metrics([[str(p) for p in row] for row in rows], [str(i) for i in range(len(qvecs))])
 
 
 def bm25_pair_metrics(queries: Sequence[str], passages: Sequence[str], tokenize) -> dict:
     """The same dev task under BM25 (a non-neural baseline)."""
-    from retrieval.sparse import SparseIndex
-
     sp = SparseIndex.build(tokenize(list(passages)))
     ranked = [[str(r) for r in sp.top(t, 10)[0]] for t in tokenize(list(queries))]
     return doc_metrics(ranked, [str(i) for i in range(len(queries))])
 
 
-def _schedule(opt, steps: int, warmup: int):
-    def f(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(warmup, 1)
-        return max(0.0, (steps - step) / max(steps - warmup, 1))
 
-    return torch.optim.lr_scheduler.LambdaLR(opt, f)
+
+def heldout_split(pairs: pd.DataFrame, cfg: RetrievalTrainConfig) -> dict[str, pd.DataFrame]:
+    """``train``, ``dev`` (picks the kept checkpoint) and ``test`` (only reported) pairs, split by document
+    (:func:`retrieval.mining.split_by_doc`); dev and test hold at most ``max_dev_pairs`` each (seeded sample)."""
+    train_p, held = split_by_doc(pairs, cfg.dev_fraction, cfg.seed)
+    dev, test = split_by_doc(held, 0.5, cfg.seed + 1)
+    out = {"train": train_p}
+    for name, df in (("dev", dev), ("test", test)):
+        out[name] = df.sample(cfg.max_dev_pairs, random_state=cfg.seed).reset_index(drop=True) if (
+            len(df) > cfg.max_dev_pairs) else df
+    return out
+
+
+def _examples(train_p: pd.DataFrame, model: BiEncoder, batcher: TextBatcher, cfg: RetrievalTrainConfig
+              ) -> PairExamples:
+    """Training examples with ``hard_negatives`` passages mined once with the starting encoder."""
+    pv = embed_all(model, batcher, train_p["passage"].tolist(), cfg.max_passage_len)
+    qv = embed_all(model, batcher, [cfg.query_instruction + q for q in train_p["query"]], cfg.max_query_len)
+    hard = mine_hard_negatives(qv, pv, train_p["doc_id"].tolist(), cfg.hard_negatives, cfg.mine_depth,
+                               cfg.mine_from, np.random.default_rng(cfg.seed))
+    passages = train_p["passage"].tolist()
+    ex = [{"query": q, "passages": [passages[i]] + [passages[h] for h in hard[i] if h >= 0]}
+          for i, q in enumerate(train_p["query"])]
+    return PairExamples(ex, train_p["doc_id"].astype(str).tolist(), cfg.batch_size)
+
+
+def heldout_metrics(model: BiEncoder, batcher: TextBatcher, pairs: pd.DataFrame, cfg: RetrievalTrainConfig) -> dict:
+    """Query -> its own passage among all passages of ``pairs`` (:func:`pair_retrieval_metrics`)."""
+    qv = embed_all(model, batcher, [cfg.query_instruction + q for q in pairs["query"]], cfg.max_query_len)
+    return pair_retrieval_metrics(qv, embed_all(model, batcher, pairs["passage"].tolist(), cfg.max_passage_len))
+
+
+def _baselines(model: BiEncoder, batcher: TextBatcher, split: dict, cfg: RetrievalTrainConfig, tokenize) -> dict:
+    """The starting encoder and BM25 on the held-out sets (``dev_before``, ``dev_bm25``, ``test_before``, ...)."""
+    out = {}
+    for name in ("dev", "test"):
+        df = split[name]
+        if len(df) >= 2:
+            out[f"{name}_before"] = heldout_metrics(model, batcher, df, cfg)
+            if tokenize is not None:
+                out[f"{name}_bm25"] = bm25_pair_metrics(df["query"].tolist(), df["passage"].tolist(), tokenize)
+    return out
+
+
+def _engine_config(cfg: RetrievalTrainConfig) -> TrainConfig:
+    """The engine's config for a retrieval run: ``steps`` optimiser steps of ``batch_size`` queries."""
+    return TrainConfig(max_steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup_ratio=cfg.warmup_ratio,
+                       weight_decay=cfg.weight_decay, seed=cfg.seed, device=cfg.device, log_every=cfg.log_every,
+                       save_every=cfg.save_every, eval_every=cfg.eval_every)
+
+
+def state_dir_of(out_dir) -> Path:
+    """Where a retrieval run keeps its resumable training state: ``.<name>.train-state`` beside ``out_dir``."""
+    out = Path(out_dir)
+    return out.parent / f".{out.name}.train-state"
 
 
 def train_retrieval(ckpt_dir, pairs: pd.DataFrame, out_dir, cfg: RetrievalTrainConfig = RetrievalTrainConfig(),
-                    tokenize: Callable | None = None, log: Callable[[str], None] = print) -> dict:
-    """Contrastive fine-tuning of the encoder of ``ckpt_dir`` on ``pairs`` (query, passage, doc_id, kind);
-    writes the checkpoint to ``out_dir`` atomically and returns its metrics (also ``metrics.json``).
+                    tokenize: Callable | None = None, log: Callable[[str], None] = print,
+                    on_step: Callable[[int, int], None] | None = None) -> dict:
+    """Contrastive fine-tuning of the encoder of ``ckpt_dir`` on ``pairs`` (query, passage, doc_id, kind) with the
+    engine of :mod:`model.training` (resumable from :func:`state_dir_of`; best dev MRR@10 kept with
+    ``best_by_dev``); writes the checkpoint to ``out_dir`` atomically and returns its metrics (``metrics.json``).
 
     Raises:
         ValueError: fewer than 2 training pairs.
     """
-    from model.training import resolve_device
-    from storage import atomic_path
-
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    dev_t = resolve_device(cfg.device)
-    train, dev = split_by_doc(pairs, cfg.dev_fraction, cfg.seed)
-    if len(dev) > cfg.max_dev_pairs:
-        dev = dev.sample(cfg.max_dev_pairs, random_state=cfg.seed).reset_index(drop=True)
-    if len(train) < 2:
-        raise ValueError(f"too few training pairs ({len(train)}) mined from the corpus")
-    m = _Trainable(ckpt_dir, cfg, dev_t)
-    qi = cfg.query_instruction
-    # hard negatives, mined once with the starting encoder
-    pv = m.embed_all(train["passage"].tolist(), cfg.max_passage_len)
-    qv = m.embed_all([qi + q for q in train["query"]], cfg.max_query_len)
-    hard = mine_hard_negatives(qv, pv, train["doc_id"].tolist(), cfg.hard_negatives, cfg.mine_depth,
-                               cfg.mine_from, rng)
-    metrics: dict = {"pairs": {"train": len(train), "dev": len(dev),
-                               "kinds": {str(k): int(v) for k, v in pairs["kind"].value_counts().items()}}}
-    if len(dev) >= 2:
-        metrics["dev_before"] = _dev_metrics(m, dev, cfg)
-        if tokenize is not None:
-            metrics["dev_bm25"] = bm25_pair_metrics(dev["query"].tolist(), dev["passage"].tolist(), tokenize)
-    opt = torch.optim.AdamW(m.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = _schedule(opt, cfg.steps, int(cfg.warmup_ratio * cfg.steps))
-    docs = train["doc_id"].to_numpy()
-    curve, losses = [], []
-    m.model.train()
-    for step in range(cfg.steps):
-        idx = _batch(docs, cfg.batch_size, rng)
-        negs = [int(h) for h in hard[idx].ravel() if h >= 0]
-        q = m.embed([qi + train.at[i, "query"] for i in idx], cfg.max_query_len)
-        p = m.embed([train.at[i, "passage"] for i in list(idx) + negs], cfg.max_passage_len)
-        loss = torch.nn.functional.cross_entropy(q @ p.T / cfg.tau, torch.arange(len(idx), device=dev_t))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
-            curve.append({"step": step + 1, "loss": float(np.mean(losses[-cfg.log_every:]))})
-            log(f"retrieval-train step {step + 1}/{cfg.steps} loss {curve[-1]['loss']:.4f}")
-    if len(dev) >= 2:
-        metrics["dev_after"] = _dev_metrics(m, dev, cfg)
-    info = RetrievalInfo(pooling=m.pooling, query_instruction=qi, max_len=cfg.max_passage_len)
-    metrics.update(curve=curve, seconds=time.perf_counter() - t0, start=str(ckpt_dir), retrieval=asdict(info),
-                   config=asdict(cfg), method="InfoNCE, in-batch + mined hard negatives (FlagEmbedding recipe)")
+    split = heldout_split(pairs, cfg)
+    if len(split["train"]) < 2:
+        raise ValueError(f"too few training pairs ({len(split['train'])}) mined from the corpus")
+    model, batcher = load_bi_encoder(ckpt_dir, cfg)
+    model.to(resolve_device(cfg.device))
+    examples = _examples(split["train"], model, batcher, cfg)
+    metrics: dict = {"pairs": {**{k: len(v) for k, v in split.items()},
+                               "kinds": {str(k): int(v) for k, v in pairs["kind"].value_counts().items()}},
+                     **_baselines(model, batcher, split, cfg, tokenize)}
+    dev = split["dev"] if len(split["dev"]) >= 2 else None
+    run = train(model, examples, PairCollator(batcher, cfg.query_instruction, cfg.max_query_len, cfg.max_passage_len),
+                _engine_config(cfg), lambda s: log(f"retrieval-train {s}"), state_dir=state_dir_of(out_dir),
+                on_step=on_step, evaluate=(lambda m: heldout_metrics(m, batcher, dev, cfg)) if dev is not None else None,
+                best_metric="mrr@10" if cfg.best_by_dev and dev is not None else None)
+    for name in ("dev", "test"):
+        if len(split[name]) >= 2:
+            metrics[f"{name}_after"] = heldout_metrics(model, batcher, split[name], cfg)
+    info = RetrievalInfo(pooling=model.pooling, query_instruction=cfg.query_instruction, max_len=cfg.max_passage_len)
+    metrics.update(train=run, best_step=run["best"]["step"] if run["best"] else None,
+                   seconds=time.perf_counter() - t0, start=str(ckpt_dir), retrieval=asdict(info), config=asdict(cfg),
+                   method="InfoNCE, in-batch + mined hard negatives (FlagEmbedding recipe)")
+    _save(model, info, metrics, ckpt_dir, out_dir)
+    return metrics
+
+
+def _save(model: BiEncoder, info: RetrievalInfo, metrics: dict, ckpt_dir, out_dir) -> None:
+    """The HF checkpoint of the trained encoder with its tokenizer files, ``retrieval.json`` and ``metrics.json``,
+    written atomically; the training state removed after."""
     with atomic_path(out_dir) as tmp:
-        m.model.save_pretrained(tmp)
-        for f in ("vocab.txt", "word_vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        model.encoder.save_pretrained(tmp)
+        for f in COPIED:
             if Path(ckpt_dir, f).is_file():
                 shutil.copy2(Path(ckpt_dir, f), Path(tmp, f))
         info.save(tmp)
         Path(tmp, "metrics.json").write_text(json.dumps(metrics, ensure_ascii=False, indent=1, default=str))
-    return metrics
-
-
-def _batch(docs: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
-    """``size`` pair indices with distinct documents where possible (no false in-batch negatives)."""
-    order = rng.permutation(len(docs))
-    seen, idx = set(), []
-    for i in order:
-        if docs[i] not in seen:
-            seen.add(docs[i])
-            idx.append(i)
-            if len(idx) == size:
-                break
-    if len(idx) < min(size, len(docs)):
-        rest = [i for i in order if i not in set(idx)]
-        idx += rest[:min(size, len(docs)) - len(idx)]
-    return np.asarray(idx)
-
-
-def _dev_metrics(m: _Trainable, dev: pd.DataFrame, cfg: RetrievalTrainConfig) -> dict:
-    qv = m.embed_all([cfg.query_instruction + q for q in dev["query"]], cfg.max_query_len)
-    pv = m.embed_all(dev["passage"].tolist(), cfg.max_passage_len)
-    m.model.train()
-    return pair_retrieval_metrics(qv, pv)
+    shutil.rmtree(state_dir_of(out_dir), ignore_errors=True)

@@ -11,7 +11,9 @@ from storage.tables import MANIFEST_NAME, manifest_fingerprint
 def path_fingerprint(path: str | os.PathLike) -> str:
     """sha256 content fingerprint of a stage output.
 
-    A table folder (a ``manifest.json`` with shards): its :func:`manifest_fingerprint` (shards only). Another
+    A table folder (a ``manifest.json`` with shards): its :func:`manifest_fingerprint` (shards only). A
+    versioned folder (a ``CURRENT`` file naming a subfolder, e.g. the index): the serving version's name and
+    content only, so retiring or adding other versions beside it leaves the fingerprint alone. Another
     folder: sha256 over (relative path, content hash) of every file below it, hidden entries (``.name``)
     skipped and tables inside it counted by their manifest fingerprint. A file: its sha256. A missing
     path: the string ``"missing"``.
@@ -19,6 +21,10 @@ def path_fingerprint(path: str | os.PathLike) -> str:
     p = Path(path)
     if _is_table(p):
         return manifest_fingerprint(p)
+    current = p / "CURRENT"
+    if current.is_file() and (p / current.read_text().strip()).is_dir():
+        version = current.read_text().strip()
+        return json_sha256({"CURRENT": version, "entries": _folder_entries(p / version)})
     if p.is_dir():
         return json_sha256(_folder_entries(p))
     if p.is_file():

@@ -127,15 +127,23 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     man = json.loads((root / "v1" / "manifest.json").read_text())
     assert (root / "v1" / "sparse" / "tokens.parquet").is_file() and man["sparse"]["backend"]
     fit = man["fusion"]
-    assert fit["fitted"] and fit["queries"] == 16 and 0.0 <= fit["w_dense"] <= 1.0
+    assert fit["fitted"] and fit["queries"] == 16 and len(fit["curve"]) == FusionConfig().grid + 1
     objective = lambda m: m["recall@10"] + m["mrr@10"]  # noqa: E731
     assert objective(fit["hybrid"]) >= max(objective(fit["dense"]), objective(fit["sparse"]))
+    best = max(c[1] for c in fit["curve"])  # the kept weight is the grid's best, ties to the one nearest 0.5
+    assert dict(map(tuple, fit["curve"]))[fit["w_dense"]] == best == round(objective(fit["hybrid"]), 4)
+    assert fit["w_dense"] == min((w for w, o in fit["curve"] if o == best), key=lambda w: abs(w - 0.5))
     r = Retriever(root, tokenizer=tok)
     hits = r.search("养老服务体系和普惠托育", k=5)
     assert hits[0]["doc_id"] == "d5" and hits[0]["mode"] == "hybrid"
-    for h in hits:
-        assert {"dense_score", "sparse_score", "dense_rank", "sparse_rank", "score"} <= set(h)
-        assert h["dense_rank"] is not None or h["sparse_rank"] is not None
+    w, rrf = fit["w_dense"], fit["rrf_k"]
+    qv = r.encoder.queries(["养老服务体系和普惠托育"])[0]
+    for h in hits:  # the fused score is the weighted RRF of the two ranks; the dense score the stored cosine
+        d, s = h["dense_rank"], h["sparse_rank"]
+        assert h["score"] == pytest.approx((w / (rrf + d) if d else 0) + ((1 - w) / (rrf + s) if s else 0))
+        assert h["dense_score"] == pytest.approx(float(r.vectors[r.chunks.index[r.chunks.chunk_id == h["chunk_id"]][0]] @ qv),
+                                                 abs=1e-5)
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     sp = r.search("养老服务体系和普惠托育", k=5, mode="sparse")
     assert sp[0]["doc_id"] == "d5" and sp[0]["sparse_rank"] == 1 and sp[0]["score"] == sp[0]["sparse_score"] > 0
     assert [h["score"] for h in sp] == sorted((h["score"] for h in sp), reverse=True)
@@ -170,3 +178,38 @@ def test_search_cli_modes(tmp_path, capsys, tok):
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert len(lines) == 5 and {"dense_score", "sparse_rank"} <= set(lines[0])
     assert main(["x", "--data-dir", str(tmp_path / "nothing")]) == 2
+
+
+def test_mapped_index_path_matches_one_process(tmp_path, tok):
+    """The production path: a plan in its own staging folder, embedding parts in separate calls (any order)
+    into their own files, a publish that takes the parts' records; same vectors and fit as one process."""
+    from retrieval.stages import index_embed_part_stage, index_plan_stage, index_publish_stage, index_stage
+    from storage.mapped import StalePlanError, part_record
+
+    clean = write_clean(policy_docs(), tmp_path / "clean")
+    ckpt = save_tiny_policybert(tmp_path / "ft", seed=6)
+    one = index_stage(clean, ckpt, tmp_path / "one", CHUNKS, tokenizer=tok)
+    root, staging = tmp_path / "mapped", tmp_path / "cache" / "plan-1"
+    plan = index_plan_stage(clean, ckpt, root, CHUNKS, staging=staging)
+    assert plan["to_embed"] == one["chunks"] and plan["reused"] == 0
+    records = [None, None, None]
+    for part in (2, 0, 1):
+        out = tmp_path / "cache" / f"part-{part}.npz"
+        rows = index_embed_part_stage(ckpt, root, part, 3, staging=staging, out_file=out)
+        records[part] = {**part_record(out), "path": str(out)}
+        assert rows == len(np.load(out)["rows"]) > 0
+    tampered = tmp_path / "cache" / "bad.npz"
+    shutil.copy(records[1]["path"], tampered)
+    with pytest.raises(StalePlanError):
+        index_publish_stage(clean, ckpt, root, CHUNKS, n_parts=3, staging=staging, tokenizer=tok,
+                            parts=[records[0], {**records[1], "path": str(tampered), "sha256": "0" * 64}, records[2]])
+    res = index_publish_stage(clean, ckpt, root, CHUNKS, n_parts=3, staging=staging, tokenizer=tok, parts=records)
+    assert res["version"] == "v1" and res["embedded"] == one["chunks"] and staging.is_dir()  # kept for the cache
+    # other parts batch other windows together (padding differs): equal up to float rounding
+    assert np.allclose(np.load(root / "v1" / "embeddings.npy"), np.load(tmp_path / "one" / "v1" / "embeddings.npy"),
+                       atol=1e-5)
+    m1, m2 = (json.loads((r / "v1" / "manifest.json").read_text()) for r in (tmp_path / "one", root))
+    assert m1["fusion"]["w_dense"] == m2["fusion"]["w_dense"] and m1["sparse"]["key"] == m2["sparse"]["key"]
+    with pytest.raises(StalePlanError):  # a plan of other inputs with parts given: refused, not re-planned
+        index_publish_stage(write_clean(policy_docs(edit=1), tmp_path / "c2"), ckpt, root, CHUNKS, n_parts=3,
+                            staging=staging, tokenizer=tok, parts=records)

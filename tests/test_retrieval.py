@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -133,9 +135,10 @@ def test_refresh_embeds_only_changed_chunks(tmp_path, tiny_encoder):
 
 
 def test_rank_metrics_and_queries():
-    from retrieval.evaluate import make_queries, rank_metrics
+    from retrieval.evaluate import make_queries
+    from retrieval.metrics import doc_metrics
 
-    m = rank_metrics([["a", "b"], ["x", "y", "z", "b"], ["q"]], ["a", "b", "c"])
+    m = doc_metrics([["a", "b"], ["x", "y", "z", "b"], ["q"]], ["a", "b", "c"])
     assert m["recall@1"] == pytest.approx(1 / 3) and m["recall@5"] == pytest.approx(2 / 3)
     assert m["mrr@10"] == pytest.approx((1 + 0.25) / 3) and m["queries"] == 3
     docs = pd.DataFrame({"doc_id": ["a", "b", "c"], "title": ["甲", "乙", "甲"], "citation": ["[1] 甲文", None, ""]})
@@ -144,15 +147,99 @@ def test_rank_metrics_and_queries():
                                     {"query": "乙", "doc_id": "b", "kind": "title"}]
 
 
-def test_evaluate_systems_side_by_side(tiny_encoder):
-    from corpus.segment import load_segmenter
-    from retrieval.evaluate import evaluate_systems
+def test_ann_recall_counts_misses_and_ties():
+    from retrieval.dense import IndexConfig, build_index
+    from retrieval.metrics import ann_recall
 
-    chunks = build_chunks(_docs(), ChunkConfig(max_chars=120, overlap=30))
-    queries = pd.DataFrame({"query": ["数据要素市场建设要求", "平台制度安排逐步完善", "公共数据开放的说明"],
-                            "doc_id": ["a", "b", "c"]})
-    seg = load_segmenter("hanlp-dict")
-    table, extra = evaluate_systems(chunks, queries, {"tiny": tiny_encoder}, seg.segment)
-    assert table.system.tolist() == ["tiny", "bm25-hanlp"]
-    assert table.set_index("system").loc["bm25-hanlp", "recall@1"] == 1.0
-    assert 0.0 <= extra["ivf_recall@10_vs_exact"] <= 1.0 and extra["hnsw_recall@10_vs_exact"] > 0.5
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(400, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(400, dtype=np.int64) * 7
+    q = vecs[:50] + 0.05 * rng.normal(size=(50, 16)).astype(np.float32)
+    assert ann_recall(build_index(vecs, ids), vecs, ids, q, 10) == 1.0  # exact finds the exact top-10
+    half = build_index(vecs[::2], ids[::2])  # an index missing half of the vectors
+    assert 0.3 < ann_recall(half, vecs, ids, q, 10) < 0.7
+    twins = np.repeat(vecs[:20], 2, axis=0)  # duplicates: either twin is right
+    tid = np.arange(40, dtype=np.int64)
+    one_each = build_index(twins[::2], tid[::2])
+    assert ann_recall(one_each, twins, tid, twins[::2], 1) == 1.0
+    assert ann_recall(build_index(vecs, ids, IndexConfig(kind="ivf", nprobe=1)), vecs, ids, q, 10) < 1.0
+
+
+def test_evaluation_reads_the_version_and_skips_untrained_above_its_size(tmp_path):
+    from retrieval.evaluate import EvalConfig
+    from retrieval.sparse import make_tokenizer
+    from retrieval.stages import evaluate_stage, index_stage
+    from storage import read_table
+    from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
+
+    tok = make_tokenizer("hanlp-dict")
+    docs = policy_docs().assign(citation=[f"《{t}》" for t in policy_docs()["title"]])
+    clean = write_clean(docs, tmp_path / "clean")
+    ckpt = save_tiny_policybert(tmp_path / "ft", seed=2)
+    s = index_stage(clean, ckpt, tmp_path / "index", ChunkConfig(max_chars=120, overlap=30), tokenizer=tok)
+    res = evaluate_stage(clean, tmp_path / "index", tmp_path / "eval", tokenizer=tok)
+    t = pd.DataFrame(res["table"]).set_index("system")
+    assert list(t.index) == ["policybert", "untrained", "bm25-hanlp", "hybrid"] and res["queries"] == 16
+    assert t.loc["bm25-hanlp", "recall@1"] == 1.0  # titles share their document's words
+    assert (t["queries"] == 16).all() and t.loc["hybrid", "recall@5"] >= t.loc["policybert", "recall@5"]
+    assert 0.0 <= res["ivf_recall@10_vs_exact"] <= 1.0 and res["hnsw_recall@10_vs_exact"] > 0.5
+    assert read_table(tmp_path / "eval").equals(pd.DataFrame(res["table"]))
+    small = evaluate_stage(clean, tmp_path / "index", tmp_path / "eval2", tokenizer=tok,
+                           cfg=EvalConfig(untrained_max_chunks=s["chunks"] - 1))
+    assert "untrained" not in {r["system"] for r in small["table"]} and small["untrained_skipped"]
+    with pytest.raises(ValueError):
+        EvalConfig(untrained_max_chunks=-1)
+
+
+def _publish(root, n, model):
+    from retrieval.versions import publish_version
+
+    rng = np.random.default_rng(n)
+    vecs = rng.normal(size=(4, 8)).astype(np.float32)
+    ids = np.arange(4, dtype=np.int64) + 10 * n
+    (root / "models" / model).mkdir(parents=True, exist_ok=True)
+    (root / "models" / model / "config.json").write_text("{}")
+    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": list("abcd"), "text": list("wxyz")})
+    return publish_version(root, build_flat_index(vecs, ids), chunks, {"encoder_dir": f"models/{model}"}, vecs)
+
+
+def test_retention_keeps_the_newest_the_serving_and_the_pinned_versions(tmp_path):
+    from retrieval.versions import kept_versions, list_versions, pin_version, retire_versions, rollback
+    from storage import path_fingerprint
+
+    for n, model in enumerate(["m-old", "m-mid", "m-mid", "m-new", "m-new"], start=1):
+        _publish(tmp_path, n, model)
+    pin_version(tmp_path, "v1")
+    key = path_fingerprint(tmp_path)  # what the evaluation's cache key hashes for the index
+    out = retire_versions(tmp_path, keep=2)
+    assert out["retired"] == ["v2", "v3"] and list_versions(tmp_path) == ["v1", "v4", "v5"]
+    assert out["encoders_removed"] == ["m-mid"] and sorted(os.listdir(tmp_path / "models")) == ["m-new", "m-old"]
+    assert current_version(tmp_path) == "v5" and load_index(tmp_path)[2]["version"] == "v5"
+    hidden = sorted(p.split(".")[1] for p in os.listdir(tmp_path) if p.startswith("."))
+    assert hidden == ["v1", "v4", "v5"]  # the kept versions' folders only: nothing of v2, v3 left behind
+    assert path_fingerprint(tmp_path) == key  # retiring old versions leaves the key alone
+    rollback(tmp_path, "v1")  # the pinned version serves again, with its own encoder kept
+    assert load_index(tmp_path)[2]["version"] == "v1" and path_fingerprint(tmp_path) != key
+    assert kept_versions(tmp_path, 1) == ["v1", "v5"]  # serving (and pinned) v1 plus the newest
+    with pytest.raises(FileNotFoundError):
+        rollback(tmp_path, "v2")
+    with pytest.raises(ValueError):
+        retire_versions(tmp_path, keep=0)
+    pin_version(tmp_path, "v1", pinned=False)
+    rollback(tmp_path, "v5")
+    assert retire_versions(tmp_path, keep=1)["retired"] == ["v1", "v4"] and list_versions(tmp_path) == ["v5"]
+
+
+def test_refresh_retires_versions_past_keep(tmp_path, tiny_encoder):
+    from retrieval.index import IndexConfig, refresh_index
+    from retrieval.versions import list_versions
+
+    with pytest.raises(ValueError, match="keep_versions"):
+        IndexConfig(keep_versions=0)
+    cfg = IndexConfig(keep_versions=2)
+    for i in range(4):
+        s = refresh_index(tmp_path, build_chunks(_docs(DOC_A + "补充" * i + "。"), ChunkConfig(120, 30)),
+                          tiny_encoder, "m1", cfg)
+    assert s["version"] == "v4" and s["retired"] == ["v2"] and list_versions(tmp_path) == ["v3", "v4"]
+    assert s["reused"] > 0  # the refresh still reused the serving version's vectors

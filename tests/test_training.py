@@ -299,3 +299,23 @@ def test_pretraining_on_a_streamed_table_resumes_exactly(tmp_path):
     assert r1["resumed_from"] == 6 and r1["steps"] == 18
     for (n, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
         assert torch.allclose(a, b, atol=1e-6), n
+
+
+def test_finetuning_reads_its_splits_shard_by_shard_as_the_seeded_sample(tmp_path):
+    """:func:`model.stages.read_split` draws the rows ``DataFrame.sample`` draws (same rows, order, labels)
+    while reading one shard at a time, so capped fine-tuning data is the same as from a whole-table read."""
+    import pandas as pd
+
+    from model.stages import read_split, split_rows
+    from storage import read_table, write_table
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"text_a": [f"a{i}" for i in range(600)], "text_b": [f"b{i}" for i in range(600)],
+                       "label": rng.integers(0, 2, 600), "split": rng.choice(["train", "dev", "test"], 600)})
+    write_table(df, tmp_path / "t", name="policysm1", partition_by="split", rows_per_shard=50)
+    full = read_table(tmp_path / "t", partition={"split": "train"})
+    assert split_rows(tmp_path / "t", "train") == len(full) == int((df.split == "train").sum())
+    for k in (3, 77, len(full) - 1):
+        got, want = read_split(tmp_path / "t", "train", k, 13), full.sample(k, random_state=13)
+        assert got.equals(want) and list(got.index) == list(want.index)
+    assert read_split(tmp_path / "t", "dev", 10_000, 13).equals(read_table(tmp_path / "t", partition={"split": "dev"}))

@@ -1,0 +1,263 @@
+"""Retrievers with one interface, ``search(query, k) -> list[Hit]`` (SPEC §7; the shape LlamaIndex and
+FlagEmbedding users know): :class:`DenseRetriever` (FAISS over the encoder's vectors), :class:`SparseRetriever`
+(BM25, bm25s) and :class:`HybridRetriever` (their weighted RRF, :mod:`retrieval.fusion`). A :class:`Hit` names
+a chunk row; :class:`Retriever` loads one index version with its pinned encoder, builds the three and answers
+with the chunk's columns."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import faiss
+import numpy as np
+import pandas as pd
+
+from retrieval.dense import search_rows
+from retrieval.encoders import Encoder
+from retrieval.encoding import encode_queries
+from retrieval.fusion import fuse
+from retrieval.pinning import EncoderMismatchError, verify_encoder
+from retrieval.query import QueryLimits, check_query
+from retrieval.sparse import SparseIndex, Tokenize, make_tokenizer, top_rows
+from retrieval.versions import load_version
+from storage import file_sha256
+
+MODES = ("hybrid", "dense", "sparse")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved chunk: its row in ``chunks.parquet``; ``score`` is the retriever's (cosine, BM25 or fused
+    RRF); each side's score and 1-based rank within its top ``depth`` candidates (None where unknown)."""
+
+    row: int
+    score: float
+    dense_score: float | None = None
+    sparse_score: float | None = None
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+
+
+class DenseRetriever:
+    """Nearest chunks by inner product of L2-normalised vectors (cosine) in a FAISS index.
+
+    Args:
+        index: FAISS index over the chunk vectors, ids mapped to rows by ``row_of`` (None: the ids are rows).
+        encoder: has ``encode_queries`` (:mod:`retrieval.encoding`). vectors: the stored chunk vectors (n, dim),
+            to score a row outside the searched candidates (optional).
+    """
+
+    def __init__(self, index: faiss.Index, encoder, row_of: dict[int, int] | None = None,
+                 vectors: np.ndarray | None = None):
+        self.index, self.encoder, self.row_of, self.vectors = index, encoder, row_of, vectors
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """Top-``k`` chunks for ``query``, best first."""
+        return self.search_vectors(encode_queries(self.encoder, [query]), k)[0]
+
+    def search_vectors(self, query_vecs: np.ndarray, k: int) -> list[list[Hit]]:
+        """Top-``k`` hits per query vector (q, dim)."""
+        rows, scores = search_rows(self.index, query_vecs, k, self.row_of)
+        return [[Hit(r, s, dense_score=s, dense_rank=i + 1) for i, (r, s) in enumerate(zip(rr, ss))]
+                for rr, ss in zip(rows, scores)]
+
+    def score(self, row: int, query_vec: np.ndarray) -> float | None:
+        """Cosine of chunk ``row`` and a query vector (dim,) from the stored vectors (None without them)."""
+        return None if self.vectors is None else float(np.asarray(self.vectors[row]) @ query_vec)
+
+
+class SparseRetriever:
+    """BM25 over the chunks' tokens (:class:`retrieval.sparse.SparseIndex`); ``tokenize``: texts -> tokens with
+    the segmenter that built the index."""
+
+    def __init__(self, sparse: SparseIndex, tokenize: Tokenize):
+        self.sparse, self.tokenize = sparse, tokenize
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """Top-``k`` chunks with a positive BM25 score, best first (ties by row)."""
+        return self.search_tokens(self.tokenize([query])[0], k)
+
+    def search_tokens(self, tokens: Sequence[str], k: int) -> list[Hit]:
+        """Top-``k`` hits for one tokenized query."""
+        rows, scores = self.sparse.top(tokens, k)
+        return [Hit(int(r), float(s), sparse_score=float(s), sparse_rank=i + 1)
+                for i, (r, s) in enumerate(zip(rows, scores))]
+
+
+class HybridRetriever:
+    """Weighted reciprocal-rank fusion of a dense and a sparse retriever (:func:`retrieval.fusion.fuse`): each
+    side's top ``depth`` (at least ``k``) candidates, fused with ``w_dense`` / ``1 - w_dense`` and ``rrf_k``.
+    ``sparse`` may be None (a version without a sparse side): the dense ranking is returned."""
+
+    def __init__(self, dense: DenseRetriever, sparse: SparseRetriever | None, w_dense: float = 0.5,
+                 rrf_k: int = 60, depth: int = 100):
+        self.dense, self.sparse = dense, sparse
+        self.w_dense, self.rrf_k, self.depth = float(w_dense), int(rrf_k), int(depth)
+
+    def search(self, query: str, k: int, order: str = "hybrid") -> list[Hit]:
+        """Top-``k`` hits for ``query`` with both sides' scores and ranks, ordered by the fused score
+        (``order="dense"`` / ``"sparse"``: by that side alone, the other side still explained)."""
+        return self.search_many([query], k, order)[0]
+
+    def search_many(self, queries: Sequence[str], k: int, order: str = "hybrid") -> list[list[Hit]]:
+        """:meth:`search` for many queries (encoded and tokenized in one batch each).
+
+        Raises:
+            ValueError: unknown ``order``, or ``sparse`` without a sparse side.
+        """
+        if order not in MODES:
+            raise ValueError(f"unknown mode {order!r} (one of {MODES})")
+        if order == "sparse" and self.sparse is None:
+            raise ValueError("no sparse side to rank by")
+        qv = encode_queries(self.dense.encoder, queries) if order != "sparse" else None
+        toks = self.sparse.tokenize(list(queries)) if self.sparse is not None else [None] * len(queries)
+        depth = max(self.depth, k)
+        d_rows, d_scores = (search_rows(self.dense.index, qv, depth, self.dense.row_of) if qv is not None
+                            else ([[]] * len(queries), [[]] * len(queries)))
+        return [self._rank(d_rows[i], d_scores[i], None if qv is None else qv[i], toks[i], depth, k, order)
+                for i in range(len(queries))]
+
+    def _rank(self, d_rows: list[int], d_scores: list[float], qvec, tokens, depth: int, k: int,
+              order: str) -> list[Hit]:
+        """One query's hits from its dense candidates and its tokens."""
+        s_all = self.sparse.sparse.scores(tokens) if tokens is not None else None
+        s_rows = top_rows(s_all, depth)[0].tolist() if s_all is not None else []
+        if order == "hybrid":
+            ranked = [(r, sc) for r, sc, _, _ in fuse(d_rows, s_rows, self.w_dense, self.rrf_k)]
+        elif order == "dense":
+            ranked = list(zip(d_rows, d_scores))
+        else:
+            ranked = [(r, float(s_all[r])) for r in s_rows]
+        d_score, d_rank = dict(zip(d_rows, d_scores)), {r: i + 1 for i, r in enumerate(d_rows)}
+        s_rank = {r: i + 1 for i, r in enumerate(s_rows)}
+        return [Hit(int(r), float(sc), d_score[r] if r in d_score else (
+                    None if qvec is None else self.dense.score(r, qvec)),
+                    float(s_all[r]) if s_all is not None else None, d_rank.get(r), s_rank.get(r))
+                for r, sc in ranked[:k]]
+
+
+def encoder_dir_of(index_root: str | os.PathLike, manifest: dict) -> Path:
+    """The encoder folder of an index version: its pinned copy (``encoder_dir``), else (versions
+    published before pinning) the recorded ``model_dir``."""
+    return Path(index_root) / manifest.get("encoder_dir", manifest["model_dir"])
+
+
+def _verify(index_root: Path, manifest: dict) -> Path:
+    """The version's encoder folder, after checking it hashes to the version's ``model_id``."""
+    enc_dir = encoder_dir_of(index_root, manifest)
+    if "encoder_dir" in manifest:
+        verify_encoder(enc_dir, manifest["model_id"])
+    elif "+".join(file_sha256(f)[:16] for f in sorted(enc_dir.glob("*.safetensors"))) != manifest["model_id"]:
+        raise EncoderMismatchError(f"encoder {enc_dir} is not the one index {manifest['version']} was "
+                                   f"built with (weights changed); rebuild the index")
+    return enc_dir
+
+
+class Retriever:
+    """One index version (default: the serving one) with its pinned encoder and its sparse side, loaded once
+    for many queries: a :class:`HybridRetriever` (``hybrid``) over a :class:`DenseRetriever` (``dense``) and a
+    :class:`SparseRetriever` (``sparse``, None on a version without one), weighted as the version's fit says.
+    ``tokenizer``: an already loaded ``make_tokenizer(...)`` result to share between retrievers (checked against
+    the version's segmenter). ``limits``: the largest ``k`` and the longest query a search accepts.
+
+    Raises (at construction):
+        FileNotFoundError: no index published.
+        retrieval.pinning.EncoderMismatchError: the encoder found does not hash to the version's ``model_id``
+            (a rebuilt or tampered checkpoint), or the segmenter differs from the one that tokenized the
+            sparse side.
+    """
+
+    def __init__(self, index_root: str | os.PathLike, version: str | None = None, device: str = "auto",
+                 batch_size: int = 64, tokenizer=None, limits: QueryLimits = QueryLimits()):
+        root = Path(index_root)
+        self.limits = limits
+        self.index, self.chunks, self.manifest = load_version(root, version)
+        vdir = root / self.manifest["version"]
+        self.encoder = Encoder.from_checkpoint(_verify(root, self.manifest), batch_size, device)
+        self.vectors = np.load(vdir / "embeddings.npy", mmap_mode="r") if (vdir / "embeddings.npy").is_file() else None
+        row_of = {int(c): k for k, c in enumerate(self.chunks["chunk_id"])}
+        self.dense = DenseRetriever(self.index, self.encoder, row_of, self.vectors)
+        self._tokenize = tokenizer
+        sp = self.manifest.get("sparse")
+        self.sparse = SparseRetriever(SparseIndex.load(vdir / sp["dir"]), self.tokenize) if sp else None
+        self.fusion = self.manifest.get("fusion", {"w_dense": 0.5, "rrf_k": 60, "depth": 100})
+        self.hybrid = HybridRetriever(self.dense, self.sparse, float(self.fusion["w_dense"]),
+                                      int(self.fusion.get("rrf_k", 60)), int(self.fusion.get("depth", 100)))
+
+    def tokenize(self, texts: list[str]) -> list[list[str]]:
+        """Query tokens with the segmenter that built the sparse side (loaded on first use; a given
+        ``tokenizer=(fn, identity)`` is used instead when its identity matches).
+
+        Raises:
+            EncoderMismatchError: the segmenter here is not the one that tokenized the index.
+        """
+        if self._tokenize is None or not callable(self._tokenize):
+            sp = self.manifest["sparse"]
+            fn, ident = self._tokenize or make_tokenizer(sp["backend"])
+            if (ident["backend"], ident["model_id"]) != (sp["backend"], sp["segmenter_model_id"]):
+                raise EncoderMismatchError(f"segmenter {ident} differs from the one that built the sparse index "
+                                           f"({sp['backend']}, {sp['segmenter_model_id']})")
+            self._tokenize = fn
+        return self._tokenize(texts)
+
+    def mode(self, mode: str) -> str:
+        """The mode a search runs in: ``mode``, except ``hybrid`` on a version without a sparse side (``dense``).
+
+        Raises:
+            ValueError: unknown mode, or ``sparse`` on a version without a sparse side.
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (one of {MODES})")
+        if self.sparse is None and mode == "sparse":
+            raise ValueError(f"index {self.manifest['version']} has no sparse side (built before hybrid search)")
+        return mode if self.sparse is not None else "dense"
+
+    def search(self, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid") -> list[dict]:
+        """Top-k chunk dicts for ``query``: score (the mode's: fused RRF score for ``hybrid``, cosine for
+        ``dense``, BM25 for ``sparse``), dense_score, sparse_score, dense_rank, sparse_rank (1-based within
+        each side's top ``depth`` candidates, None beyond), mode, chunk_id, doc_id, start, end, text, title,
+        source, url. Hits whose score is below ``min_score`` are dropped. ``hybrid`` on a version without a
+        sparse side answers ``dense``.
+
+        Raises:
+            retrieval.query.QueryError: an empty or whitespace query, one longer than ``limits.max_chars``, or
+                ``k`` outside 1..``limits.max_k`` (:class:`~retrieval.query.QueryLimits`).
+            ValueError: unknown mode, or ``sparse`` on a version without a sparse side.
+        """
+        query = check_query(query, k, self.limits)
+        mode = self.mode(mode)
+        hits = self.hybrid.search(query, k, mode)
+        return [{"score": h.score, "dense_score": h.dense_score, "sparse_score": h.sparse_score,
+                 "dense_rank": h.dense_rank, "sparse_rank": h.sparse_rank, "mode": mode, **self.chunk(h.row)}
+                for h in hits if min_score is None or h.score >= min_score]
+
+    def chunk(self, row: int) -> dict:
+        """The columns of chunk ``row`` as plain Python values (NaN -> None)."""
+        rec = self.chunks.iloc[row].to_dict()
+        rec = {c: (v.item() if isinstance(v, np.generic) else v) for c, v in rec.items()}
+        return {c: (None if isinstance(v, float) and np.isnan(v) else v) for c, v in rec.items()}
+
+
+def query_index(index_root, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid") -> list[dict]:
+    """Top-k chunks for one query from the serving index version (see :class:`Retriever`)."""
+    return Retriever(index_root).search(query, k, min_score, mode)
+
+
+def search(index: faiss.Index, chunks: pd.DataFrame, query_vecs: np.ndarray, k: int = 5,
+           min_score: float | None = None) -> list[list[dict]]:
+    """Top-k chunks per query vector (q, dim) of a bare FAISS index whose ids are ``chunks.chunk_id``: dicts
+    with score, chunk_id and the chunk's columns, hits below ``min_score`` dropped."""
+    by_id = chunks.set_index("chunk_id")
+    rows, scores = search_rows(index, query_vecs, k)
+    out = []
+    for ids, ss in zip(rows, scores):
+        hits = []
+        for i, s in zip(ids, ss):
+            if min_score is not None and s < min_score:
+                continue
+            rec = {c: (None if isinstance(v, float) and np.isnan(v) else v) for c, v in by_id.loc[i].to_dict().items()}
+            hits.append({"score": float(s), "chunk_id": int(i), **rec})
+        out.append(hits)
+    return out
