@@ -103,6 +103,24 @@ def probe_table(tables: Mapping[str, Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def ratio_section(tables: Mapping[str, Path], max_listed: int = 10) -> str:
+    """Markdown: negatives per positive of each dataset and the PolicySM-2 documents below the thesis's
+    1:5 (from the dataset manifests; tables written before these stats say "not recorded")."""
+    rows = []
+    for name in ("policysm1", "policysm2"):
+        st = read_manifest(tables[name])["stats"]
+        below = st.get("below_target") or {}
+        rows.append({"dataset": name, "negatives_per_positive": st.get("negatives_per_positive", "not recorded"),
+                     "target": st.get("target_negatives_per_positive", "-"),
+                     "documents_below_target": (f"{below['documents']} of {below['of_documents']}" if below else "-")})
+    below = (read_manifest(tables["policysm2"])["stats"].get("below_target") or {}).get("listed", [])
+    text = "## Negatives per positive\n\n" + _md_table(pd.DataFrame(rows))
+    if below:
+        text += (f"\n\nPolicySM-2 documents that cannot reach the target (too few sentences after their positives; "
+                 f"first {min(max_listed, len(below))}):\n\n" + _md_table(pd.DataFrame(below[:max_listed])))
+    return text
+
+
 def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.PathLike) -> dict:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (atomically, as one folder).
 
@@ -145,6 +163,7 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
             f"{vs['sentence_coverage']:.2%}; segmenter {vs.get('backend')} ({vs.get('model_id')}). Top words: "
             + "、".join(w for w, _ in vs["top_words"][:15]),
             "## PolicySM pairs\n\n" + _md_table(pairs),
+            ratio_section(tables),
             "## Shortcut probe\n\nLogistic regression on surface features (end marks, spaces, digits, latin, lengths) "
             "trained on train, scored on test; a leak-free dataset stays near the majority baseline.\n\n"
             + _md_table(probe),

@@ -416,7 +416,7 @@ def _write_dataset(name: str, spill: BucketSpill, dropped: dict, split_of: dict,
                 if have < PROBE_ROWS:
                     sample[s].append(pairs[pairs["split"] == s].iloc[:PROBE_ROWS - have])
             w.write(pairs)
-        stats = pair_stats(counts, dropped, split_of)
+        stats = pair_stats(counts, dropped, split_of, cfg.sm2_negatives if name == "policysm2" else None)
         probe_rows = [f for v in sample.values() for f in v]
         stats["probe"] = shortcut_probe(pd.concat(probe_rows, ignore_index=True) if probe_rows
                                         else pd.DataFrame(columns=list(PAIR_COLUMNS)))
