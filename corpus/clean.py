@@ -183,7 +183,7 @@ class CleanConfig:
     shingle: int = 5
     shard_docs: int = 256
     repeat_share: float = 0.5
-    repeat_min_docs: int = 10
+    repeat_min_docs: int = 20
 
     def __post_init__(self) -> None:
         if not 0.0 < self.repeat_share <= 1.0:
