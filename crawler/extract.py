@@ -536,10 +536,8 @@ class ChromePhrases:
     contains: tuple
     blocks: frozenset
     labels: frozenset
-
-    @property
-    def longest(self) -> int:
-        return max(map(len, self.tokens), default=0)
+    alphabet: frozenset = frozenset()   # the characters of the tokens (a text with others is not all tokens)
+    longest: int = 0                    # the longest token (chars)
 
 
 @functools.lru_cache(maxsize=4)
@@ -563,9 +561,11 @@ def load_chrome_phrases(path: str | None = None) -> ChromePhrases:
             raise ValueError(f"{path or _CHROME_FILE}:{n}: {raw!r} is outside a known section")
         else:
             sections[current].append(line)
-    return ChromePhrases(frozenset(sections["tokens"]), tuple(sections["prefixes"]), tuple(sections["contains"]),
+    tokens = frozenset(sections["tokens"])
+    return ChromePhrases(tokens, tuple(sections["prefixes"]), tuple(sections["contains"]),
                          frozenset(_chrome_key(b) for b in sections["blocks"]),
-                         frozenset(_chrome_key(b) for b in sections["labels"]))
+                         frozenset(_chrome_key(b) for b in sections["labels"]),
+                         frozenset("".join(tokens)), max(map(len, tokens), default=0))
 
 
 def _chrome_key(text: str) -> str:
@@ -576,8 +576,12 @@ def _chrome_key(text: str) -> str:
 def _all_tokens(key: str, tokens: frozenset, longest: int) -> bool:
     """True if ``key`` splits entirely into ``tokens`` (word break, O(len * longest))."""
     ok = [True] + [False] * len(key)
+    last = 0  # the last position a split reaches: none past last + longest
     for end in range(1, len(key) + 1):
+        if end - last > longest:
+            return False
         ok[end] = any(ok[start] and key[start:end] in tokens for start in range(max(0, end - longest), end))
+        last = end if ok[end] else last
     return ok[-1]
 
 
@@ -594,7 +598,7 @@ def is_chrome(text: str, phrases: ChromePhrases) -> bool:
         return True
     if key in phrases.blocks or key in phrases.labels:
         return True
-    if len(key) <= 80 and _all_tokens(key, phrases.tokens, phrases.longest):
+    if len(key) <= 80 and phrases.alphabet.issuperset(key) and _all_tokens(key, phrases.tokens, phrases.longest):
         return True
     return raw.startswith(phrases.prefixes) or any(c in raw for c in phrases.contains)
 
@@ -669,8 +673,8 @@ def drop_chrome(root, phrases: ChromePhrases, titles=(), keep=()) -> int:
     """Remove the site chrome elements under ``root`` (a BeautifulSoup tag), top down: an element is
     removed whole when :func:`_chrome_element` says so, with, for a chrome block heading (版权与免责声明),
     the siblings after it (up to :data:`_BLOCK_CAP` chars). The elements of ``keep`` (the main content
-    nodes) and their ancestors are never removed whole, and inside them the link-density rule is off.
-    Linear in the size of the tree. Returns the number of elements removed."""
+    nodes) and their ancestors are never removed whole, and inside them the link-density rule is off; a
+    data table (no table inside) is removed whole or not at all. Linear in the size of the tree. Returns the number of elements removed."""
     stats = _element_stats(root)
     protected: set[int] = set()
     for node in keep:
@@ -678,6 +682,7 @@ def drop_chrome(root, phrases: ChromePhrases, titles=(), keep=()) -> int:
             protected.add(id(node))
             node = node.parent
     main = {id(k) for k in keep}
+    layout = _tables_with_tables(root)
     title_keys = _title_keys(titles)
     drop = []
     stack = [(root, False)]
@@ -689,6 +694,8 @@ def drop_chrome(root, phrases: ChromePhrases, titles=(), keep=()) -> int:
             if st.text is not None and _chrome_key(st.text) in phrases.blocks:
                 drop += _block_after(el, stats, protected)
             continue
+        if el.name == "table" and id(el) not in layout:
+            continue  # a data table is judged whole: its cells (中, 是, EN) are data
         in_main = in_main or id(el) in main
         stack.extend((c, in_main) for c in el.contents if isinstance(c, Tag) and c.name not in _SKIP_TAGS)
     n = 0
