@@ -3,11 +3,14 @@ returning the cleaned text and how many matches it changed, so the stage report 
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
 
 from storage.bounds import check_bounds
 
@@ -167,6 +170,12 @@ class CleanConfig:
     near_dup_threshold: MinHash Jaccard threshold for near-duplicates (0 disables).
     num_perm: MinHash permutations; shingle: character n-gram size of the shingles.
     shard_docs: documents the stage holds at a time (memory only: the output is the same for any value).
+    repeat_share: a line found in more than this share of one source's distinct documents is site chrome
+        and removed (the repeated-line rule of C4 / CCNet, per source); 1.0 disables the rule.
+    repeat_min_docs: sources with fewer distinct documents are not checked (the share is noise there).
+
+    Raises:
+        ValueError: a setting outside its bounds (named in the message).
     """
 
     min_chars: int = 20
@@ -175,10 +184,13 @@ class CleanConfig:
     num_perm: int = 128
     shingle: int = 5
     shard_docs: int = 256
+    repeat_share: float = 0.5
+    repeat_min_docs: int = 20
 
     def __post_init__(self):
         check_bounds(self, min_chars=(0, None), min_cjk_ratio=(0, 1), near_dup_threshold=(">", 0, 1),
-                     num_perm=(1, 4096), shingle=(1, 1000), shard_docs=(1, 10_000_000))
+                     num_perm=(1, 4096), shingle=(1, 1000), shard_docs=(1, 10_000_000),
+                     repeat_share=(">", 0, 1), repeat_min_docs=(2, None))
 
 
 def clean_text(text: str) -> tuple[str, Counter]:
@@ -202,3 +214,134 @@ def cjk_ratio(text: str) -> float:
     if not chars:
         return 0.0
     return sum(1 for c in chars if _CJK_CHAR.match(c)) / len(chars)
+
+
+# ---------------------------------------------------------------- repeated lines (site chrome per source)
+#
+# C4 (Raffel et al. 2020) and CCNet (Wenzek et al. 2020) drop lines that repeat across pages: here, per
+# source, a line found in more than ``repeat_share`` of the source's distinct documents is chrome (a
+# header, footer or disclaimer the extractor did not know). Document structure is never counted: table
+# rows (tab-separated cells), short numbered headings (第一章 总则, 一、总体要求), and the parts of an
+# official document's layout (GB/T 9704) that repeat across one issuer's documents: the addressee line
+# ending in a colon (各省、自治区、直辖市人民政府：) and the issuer's signature above the date.
+
+_HEADING = re.compile(r"^(?:第[一二三四五六七八九十百千零〇\d]+[编章节条款部分]|[一二三四五六七八九十]+[、.．]"
+                      r"|[（(][一二三四五六七八九十\d]+[）)]|\d+[.、．])")
+_DATE_LINE = re.compile(r"^\s*(?:\d{4}|[一二三四五六七八九十〇零○]{4})\s*年\s*[\d一二三四五六七八九十]{1,3}\s*月"
+                        r"\s*[\d一二三四五六七八九十]{1,3}\s*日\s*$")
+
+
+def repeat_line(line: str) -> str | None:
+    """The form a line is counted in (whitespace collapsed), or None if the rule never removes it: empty,
+    a table row, a numbered heading of at most 20 chars, or a line ending in a colon (an addressee)."""
+    if "\t" in line:
+        return None
+    key = " ".join(line.split())
+    if not key or (len(key) <= 20 and _HEADING.match(key)) or key.endswith(("：", ":")):
+        return None
+    return key
+
+
+def countable_lines(text: str) -> list[tuple[int, str]]:
+    """``(line number, counted form)`` of the lines of ``text`` the repeated-line rule may remove
+    (:func:`repeat_line`; a line right above a date line, the signature, is structure too)."""
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        key = repeat_line(line)
+        if key is not None and not (i + 1 < len(lines) and _DATE_LINE.match(lines[i + 1])):
+            out.append((i, key))
+    return out
+
+
+def line_hash(source: str, line: str) -> int:
+    """64-bit key of a (source, line) pair: the first 8 bytes of blake2b(source US line)."""
+    return int.from_bytes(hashlib.blake2b(f"{source}\x1f{line}".encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def doc_line_keys(source: str, text: str) -> np.ndarray:
+    """The distinct :func:`line_hash` keys of a document's countable lines (uint64, sorted)."""
+    keys = {line_hash(source, k) for _, k in countable_lines(text)}
+    return np.array(sorted(keys), dtype=np.uint64)
+
+
+@dataclass
+class LineCounts:
+    """Documents per (source, line) over a corpus, built document by document (:meth:`add`) and merged
+    in chunks: memory 12 bytes per distinct (source, line) plus one chunk. Exact duplicates of a source's
+    document are counted once (the same page cited twice is not a repeat)."""
+
+    chunk: int = 1_000_000
+    docs: Counter = field(default_factory=Counter)
+    _seen: set = field(default_factory=set)
+    _keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    _counts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    _src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    _sources: dict = field(default_factory=dict)
+    _buf: list = field(default_factory=list)
+    _buf_rows: int = 0
+
+    def add(self, source: str, text: str) -> None:
+        """Count the distinct lines of one document of ``source``."""
+        digest = hashlib.blake2b(f"{source}\x1f{text}".encode("utf-8"), digest_size=8).digest()
+        if digest in self._seen:
+            return
+        self._seen.add(digest)
+        self.docs[source] += 1
+        keys = doc_line_keys(source, text)
+        idx = self._sources.setdefault(source, len(self._sources))
+        self._buf.append((keys, np.full(len(keys), idx, np.int32)))
+        self._buf_rows += len(keys)
+        if self._buf_rows >= self.chunk:
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._buf:
+            return
+        keys = np.concatenate([self._keys] + [k for k, _ in self._buf])
+        counts = np.concatenate([self._counts, np.ones(self._buf_rows, np.int32)])
+        src = np.concatenate([self._src] + [s for _, s in self._buf])
+        order = np.argsort(keys, kind="stable")
+        keys, counts, src = keys[order], counts[order], src[order]
+        starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else np.zeros(0, int)
+        self._keys, self._src = keys[starts], src[starts]
+        self._counts = np.add.reduceat(counts, starts).astype(np.int32) if len(keys) else counts
+        self._buf, self._buf_rows = [], 0
+
+    def chrome(self, share: float, min_docs: int) -> set[int]:
+        """Keys of the lines found in more than ``share`` of their source's documents, in sources of at
+        least ``min_docs`` documents."""
+        self._merge()
+        n_docs = np.zeros(len(self._sources), np.int64)
+        for source, idx in self._sources.items():
+            n_docs[idx] = self.docs[source]
+        n = n_docs[self._src] if len(self._src) else np.zeros(0, np.int64)
+        hit = (n >= min_docs) & (self._counts > share * n)
+        return set(self._keys[hit].tolist())
+
+
+def remove_repeated_lines(source: str, text: str, chrome: set[int]) -> tuple[str, list[str]]:
+    """``text`` without its countable lines (:func:`countable_lines`) whose (source, line) key is in
+    ``chrome`` (from :meth:`LineCounts.chrome`); returns ``(text, removed lines)``."""
+    if not chrome:
+        return text, []
+    gone = {i for i, k in countable_lines(text) if line_hash(source, k) in chrome}
+    if not gone:
+        return text, []
+    lines = text.split("\n")
+    return "\n".join(ln for i, ln in enumerate(lines) if i not in gone), [lines[i] for i in sorted(gone)]
+
+
+def repeated_line_stats(removed: Counter, docs: Counter, max_examples: int = 5) -> dict:
+    """Per source with removals (most lines removed first): its distinct documents, the lines removed,
+    the distinct lines and up to ``max_examples`` of them (most frequent first), from ``removed``:
+    (source, line) -> times removed."""
+    per: dict[str, Counter] = {}
+    for (source, line), n in removed.items():
+        per.setdefault(source, Counter())[" ".join(line.split())] += n
+    out = {}
+    for source, c in sorted(per.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        examples = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:max_examples]
+        out[source] = {"documents": int(docs[source]), "lines_removed": int(sum(c.values())),
+                       "distinct_lines": len(c), "examples": [ln[:120] for ln, _ in examples]}
+    return out

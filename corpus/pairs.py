@@ -5,7 +5,9 @@ positive: ``reversed_share`` of them the positive reversed, the rest a first cla
 clause from two different documents, drawn from the pools of positives' first and second clauses
 (so length/position features do not leak). PolicySM-2 adds up to ``sm2_negatives`` negatives per
 positive: a non-last clause of sentence i and a non-first clause of sentence i+gap of the same
-document, gap in ``gaps``.
+document, gap in ``gaps`` (thesis: 5 negatives, gaps 2-5); where those sentences allow fewer, the rest
+come from the nearest wider gaps of the same document (kind ``wide_gap``), so the dataset keeps the
+thesis's 1:5 wherever a document has the sentences for it.
 
 Against the thesis's leaks: every clause gets the same normalisation (end marks stripped),
 documents are split into train/dev/test before pairing (pairs never cross splits), a text pair
@@ -43,7 +45,9 @@ CANDIDATE_COLUMNS = ("text_a", "text_b", "label", "kind", "gap", "doc_a", "doc_b
 class PairConfig:
     """seed: RNG seed; split_ratios: train/dev/test shares of documents; reversed_share: share of
     PolicySM-1 negatives that are reversed positives; sm2_negatives: negatives per positive in
-    PolicySM-2; gaps: sentence distances of PolicySM-2 negatives; min_clause_chars: shorter clauses
+    PolicySM-2 (thesis: 5); gaps: sentence distances of PolicySM-2 negatives (thesis: 2-5); max_wide_gap:
+    the largest distance of the wider-gap negatives that make up a positive's shortfall (sentences; no
+    wider gaps when it is <= max(gaps)); min_clause_chars: shorter clauses
     are not paired; max_clause_chars: longer clauses are not paired; group_docs: documents per pairing
     group (random negatives are drawn within a group; changes the pairs); shard_docs: documents read at a
     time by the stage (memory only: the output is the same bytes for any value)."""
@@ -53,6 +57,7 @@ class PairConfig:
     reversed_share: float = 0.2
     sm2_negatives: int = 5
     gaps: tuple[int, ...] = (2, 3, 4, 5)
+    max_wide_gap: int = 50
     min_clause_chars: int = 2
     max_clause_chars: int = 60
     group_docs: int = 64
@@ -61,7 +66,7 @@ class PairConfig:
     def __post_init__(self):
         check_bounds(self, seed=(0, 2 ** 32 - 1), reversed_share=(0, 1), sm2_negatives=(0, 1000),
                      min_clause_chars=(1, None), max_clause_chars=(1, 1_000_000), group_docs=(1, 10_000_000),
-                     shard_docs=(1, 10_000_000))
+                     shard_docs=(1, 10_000_000), max_wide_gap=(0, 1_000_000))
         check_order(self, "min_clause_chars", "max_clause_chars")
         r = self.split_ratios
         if not (isinstance(r, (tuple, list)) and len(r) == 3 and all(isinstance(x, (int, float))
@@ -133,34 +138,75 @@ def _sm1_negatives(pos: list[tuple], cfg: PairConfig, rng: np.random.Generator) 
     return out
 
 
+def _draw(fixed: list[str], options: list[tuple[int, list[str]]], need: int, rng: np.random.Generator,
+          taken: set, fixed_first: bool = True) -> list[tuple[str, str, int]]:
+    """Up to ``need`` distinct pairs ``(text_a, text_b, gap)`` not in ``taken`` (added to it): one clause
+    from ``fixed`` and one from one of ``options`` (``(gap, clauses)``), uniformly; the ``fixed`` clause
+    is text_a when ``fixed_first``, else text_b. Exhaustive (a seeded permutation of every combination)
+    when there are at most 64 combinations, else ``need`` * 8 random draws, so a positive gets ``need``
+    negatives whenever its sentences allow."""
+    total = len(fixed) * sum(len(s) for _, s in options)
+    if not total or need <= 0:
+        return []
+    if total <= 64:
+        combos = [(x, y, g) for g, ys in options for y in ys for x in fixed]
+        order = (combos[j] for j in rng.permutation(len(combos)))
+    else:
+        order = ((fixed[rng.integers(len(fixed))], *_pick(options, rng)) for _ in range(need * 8))
+    out = []
+    for x, y, g in order:
+        if len(out) == need:
+            break
+        key = (x, y) if fixed_first else (y, x)
+        if key not in taken:
+            taken.add(key)
+            out.append((*key, g))
+    return out
+
+
+def _pick(options: list[tuple[int, list[str]]], rng: np.random.Generator) -> tuple[str, int]:
+    g, clauses = options[rng.integers(len(options))]
+    return clauses[rng.integers(len(clauses))], g
+
+
 def _sm2_negatives(sents: pd.DataFrame, pos: list[tuple], cfg: PairConfig, rng: np.random.Generator,
                    taken: set) -> list[tuple]:
+    """PolicySM-2 negatives, ``cfg.sm2_negatives`` per positive where the document allows (thesis 1:5),
+    each a non-last clause of a sentence j and a non-first clause of sentence j+gap of the same document:
+    first j = i, the positive's sentence, gap in ``cfg.gaps`` (kind ``gap<g>``); short of that (near the
+    end of a document) j = i-gap, the pair ending in the positive's sentence (the same kind of pair,
+    kind ``gap<g>``); then the nearest wider gaps, max(gaps) < gap <= ``cfg.max_wide_gap``, on either
+    side (kind ``wide_gap``, its gap recorded)."""
     by_doc: dict[str, dict[int, list[str]]] = {}
     for doc_id, p, clauses in zip(sents["doc_id"].tolist(), sents["pos"].tolist(), sents["clauses"].tolist()):
         by_doc.setdefault(doc_id, {})[p] = list(clauses)
+    need = cfg.sm2_negatives
+    steps = [(tuple(cfg.gaps), False)] + [((g,), True) for g in range(max(cfg.gaps) + 1, cfg.max_wide_gap + 1)]
     out = []
     for k, (doc, i, _, _) in enumerate(pos):
-        doc_sents = by_doc[doc]
-        firsts = [c for c in doc_sents[i][:-1] if _usable(c, cfg)]
-        options = []
-        for g in cfg.gaps:
-            later = doc_sents.get(i + g, [])
-            seconds = [c for c in later[1:] if _usable(c, cfg)]
-            if seconds:
-                options.append((g, seconds))
-        if not options or not firsts:
-            continue
-        made = 0
-        for _ in range(cfg.sm2_negatives * 4):
-            if made == cfg.sm2_negatives:
+        doc_sents, made = by_doc[doc], 0
+        for gaps, wide in steps:
+            if made == need or (i + gaps[0] > max(doc_sents) and i - gaps[0] < 0):
                 break
-            g, seconds = options[rng.integers(len(options))]
-            key = (firsts[rng.integers(len(firsts))], seconds[rng.integers(len(seconds))])
-            if key not in taken:
-                taken.add(key)
-                made += 1
-                out.append((key[0], key[1], f"gap{g}", g, doc, doc, k))
+            for forward in (True, False):  # pairs (i, i+g), then (i-g, i)
+                drawn = _draw_gap(doc_sents, i, forward, gaps, need - made, rng, taken, cfg)
+                made += len(drawn)
+                out += [(a, b, "wide_gap" if wide else f"gap{g}", g, doc, doc, k) for a, b, g in drawn]
     return out
+
+
+def _draw_gap(doc_sents: dict, i: int, forward: bool, gaps: tuple[int, ...], need: int, rng: np.random.Generator,
+              taken: set, cfg: PairConfig) -> list[tuple[str, str, int]]:
+    """:func:`_draw` over the pairs (a non-last clause of sentence j, a non-first clause of sentence j+g),
+    g in ``gaps``, with j = i (``forward``) or j + g = i."""
+    def clauses(n: int, first: bool) -> list[str]:
+        cs = doc_sents.get(n, [])
+        return [c for c in (cs[:-1] if first else cs[1:]) if _usable(c, cfg)]
+
+    if forward:
+        return _draw(clauses(i, True), [(g, s) for g in gaps if (s := clauses(i + g, False))], need, rng, taken)
+    return _draw(clauses(i, False), [(g, f) for g in gaps if (f := clauses(i - g, True))], need, rng, taken,
+                 fixed_first=False)
 
 
 def shuffle_key(text_a: str, text_b: str, seed: int, dataset: str) -> int:
@@ -306,26 +352,46 @@ def resolve_candidates(cands: pd.DataFrame, keys: np.ndarray, orphans: set | Non
     return kept[list(PAIR_COLUMNS)].reset_index(drop=True), dropped
 
 
-def pair_stats(counts: dict, dropped: dict, split_of: dict[str, str]) -> dict:
-    """The dataset manifest's stats from merged counts: ``counts`` maps ("label", split, label) and
-    ("kind", kind) to pair counts."""
+def pair_stats(counts: dict, dropped: dict, split_of: dict[str, str], target: int | None = None,
+               max_listed: int = 50) -> dict:
+    """The dataset manifest's stats from merged counts: ``counts`` maps ("label", split, label),
+    ("kind", kind) and ("doc", doc_a, label) to pair counts.
+
+    ``negatives_per_positive`` is the achieved ratio. With ``target`` (PolicySM-2: 5 negatives per
+    positive, thesis §3.2.3), ``below_target`` counts the documents whose own pairs fall short of it (too
+    few sentences or clauses after their positives) and lists the first ``max_listed`` of them in doc_id
+    order as ``{doc_id, positives, negatives}``."""
     per_split = {s: {str(k[2]): v for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
                      if k[0] == "label" and k[1] == s} for s in SPLITS}
-    return {
-        "pairs": int(sum(v for k, v in counts.items() if k[0] == "label")),
+    n_pos = sum(v for k, v in counts.items() if k[0] == "label" and k[2] == 1)
+    n_neg = sum(v for k, v in counts.items() if k[0] == "label" and k[2] == 0)
+    out = {
+        "pairs": int(n_pos + n_neg),
         "per_split_label": per_split,
         "per_kind": {k[1]: int(v) for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][1])) if k[0] == "kind"},
+        "negatives_per_positive": round(n_neg / n_pos, 4) if n_pos else None,
         "dropped": dropped,
         "documents_per_split": {s: sum(1 for v in split_of.values() if v == s) for s in SPLITS},
     }
+    if target is not None:
+        docs = sorted({k[1] for k in counts if k[0] == "doc"})
+        short = [{"doc_id": d, "positives": int(counts.get(("doc", d, 1), 0)),
+                  "negatives": int(counts.get(("doc", d, 0), 0))} for d in docs
+                 if counts.get(("doc", d, 0), 0) < target * counts.get(("doc", d, 1), 0)]
+        out["target_negatives_per_positive"] = target
+        out["below_target"] = {"documents": len(short), "of_documents": len(docs), "listed": short[:max_listed]}
+    return out
 
 
 def count_pairs(pairs: pd.DataFrame, counts: dict) -> None:
-    """Add ``pairs``' counts per (split, label) and per kind into ``counts`` (see :func:`pair_stats`)."""
+    """Add ``pairs``' counts per (split, label), per kind and per (first document, label) into ``counts``
+    (see :func:`pair_stats`)."""
     for (s, lab), n in pairs.groupby(["split", "label"]).size().items():
         counts[("label", s, int(lab))] = counts.get(("label", s, int(lab)), 0) + int(n)
     for kind, n in pairs["kind"].value_counts().items():
         counts[("kind", str(kind))] = counts.get(("kind", str(kind)), 0) + int(n)
+    for (doc, lab), n in pairs.groupby(["doc_a", "label"]).size().items():
+        counts[("doc", str(doc), int(lab))] = counts.get(("doc", str(doc), int(lab)), 0) + int(n)
 
 
 def build_pairs(sentences: pd.DataFrame, split_of: dict[str, str], dataset: str,
@@ -360,7 +426,7 @@ def build_pairs(sentences: pd.DataFrame, split_of: dict[str, str], dataset: str,
     pairs = pd.concat([pairs[pairs["split"] == s] for s in SPLITS], ignore_index=True)
     counts: dict = {}
     count_pairs(pairs, counts)
-    return pairs, pair_stats(counts, dropped, split_of)
+    return pairs, pair_stats(counts, dropped, split_of, cfg.sm2_negatives if dataset == "policysm2" else None)
 
 
 def _empty_candidates() -> pd.DataFrame:

@@ -103,6 +103,42 @@ def probe_table(tables: Mapping[str, Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def repeated_lines_section(clean_dir: Path, max_rows: int = 20) -> str:
+    """Markdown: the lines the clean stage's repeated-line rule removed per source (site chrome: a line in
+    more than ``repeat_share`` of a source's documents), from the ``documents_clean`` manifest."""
+    m = read_manifest(clean_dir)
+    per = m["stats"].get("repeated_lines")
+    cfg = m.get("config") or {}
+    rule = (f"a line in more than {cfg.get('repeat_share')} of a source's distinct documents, sources of at least "
+            f"{cfg.get('repeat_min_docs')} documents")
+    if per is None:
+        return "## Repeated lines\n\nNot recorded (documents_clean written before the repeated-line rule)."
+    if not per:
+        return f"## Repeated lines\n\nNone removed ({rule})."
+    rows = [{"source": src, "documents": v["documents"], "lines_removed": v["lines_removed"],
+             "distinct_lines": v["distinct_lines"], "example": (v["examples"] or [""])[0][:60]}
+            for src, v in list(per.items())[:max_rows]]
+    return f"## Repeated lines\n\nRemoved as site chrome ({rule}):\n\n" + _md_table(pd.DataFrame(rows))
+
+
+def ratio_section(tables: Mapping[str, Path], max_listed: int = 10) -> str:
+    """Markdown: negatives per positive of each dataset and the PolicySM-2 documents below the thesis's
+    1:5 (from the dataset manifests; tables written before these stats say "not recorded")."""
+    rows = []
+    for name in ("policysm1", "policysm2"):
+        st = read_manifest(tables[name])["stats"]
+        below = st.get("below_target") or {}
+        rows.append({"dataset": name, "negatives_per_positive": st.get("negatives_per_positive", "not recorded"),
+                     "target": st.get("target_negatives_per_positive", "-"),
+                     "documents_below_target": (f"{below['documents']} of {below['of_documents']}" if below else "-")})
+    below = (read_manifest(tables["policysm2"])["stats"].get("below_target") or {}).get("listed", [])
+    text = "## Negatives per positive\n\n" + _md_table(pd.DataFrame(rows))
+    if below:
+        text += (f"\n\nPolicySM-2 documents that cannot reach the target (too few sentences after their positives; "
+                 f"first {min(max_listed, len(below))}):\n\n" + _md_table(pd.DataFrame(below[:max_listed])))
+    return text
+
+
 def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.PathLike) -> dict:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (atomically, as one folder).
 
@@ -145,6 +181,8 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
             f"{vs['sentence_coverage']:.2%}; segmenter {vs.get('backend')} ({vs.get('model_id')}). Top words: "
             + "、".join(w for w, _ in vs["top_words"][:15]),
             "## PolicySM pairs\n\n" + _md_table(pairs),
+            ratio_section(tables),
+            repeated_lines_section(tables["documents_clean"]),
             "## Shortcut probe\n\nLogistic regression on surface features (end marks, spaces, digits, latin, lengths) "
             "trained on train, scored on test; a leak-free dataset stays near the majority baseline.\n\n"
             + _md_table(probe),

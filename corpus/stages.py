@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from corpus.clean import CleanConfig
+from corpus.clean import CleanConfig, LineCounts, remove_repeated_lines, repeated_line_stats
 from corpus.dedup import doc_keys, duplicates_from_keys
 from corpus.documents import clean_group, clean_stats
 from corpus.pairs import (PAIR_COLUMNS, PairConfig, candidate_keys, count_pairs, group_candidates, pair_groups,
@@ -106,10 +106,14 @@ dataset's (random) order, i.e. a uniform sample."""
 def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
     """``documents`` -> ``documents_clean`` + ``rejects`` (SPEC §3), ``cfg.shard_docs`` documents at a time.
 
-    Pass 1 cleans each group, records its per-document rejects and keeps, per surviving document, its
+    Pass 0 counts, per source, the distinct documents each line is found in (:class:`corpus.clean.LineCounts`);
+    the lines found in more than ``cfg.repeat_share`` of a source's documents (sources of at least
+    ``cfg.repeat_min_docs``) are site chrome (the C4 / CCNet repeated-line rule) and are removed before the
+    rules, counted per source in the stats (``repeated_lines``). Pass 1 cleans each group, records its per-document rejects and keeps, per surviving document, its
     exact-duplicate key and MinHash signature (corpus.dedup); the cleaned group goes to a spill table. The
     duplicates are then decided from the keys alone (earliest copy kept) and pass 2 copies the spill minus
-    them into ``documents_clean``. Memory: one group plus ~0.6 KB of keys per document.
+    them into ``documents_clean``. Memory: one group plus ~0.6 KB of keys per document and 16 bytes
+    per distinct (source, line).
     """
     inputs = {"documents": manifest_fingerprint(documents_dir)}
     cv = CLEAN.code_version()
@@ -117,6 +121,13 @@ def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
     rejects: list[tuple] = []
     n_in = chars_in = 0
     ids, pub, lens, hashes, sigs = [], [], [], [], []
+    lines = LineCounts()  # pass 0: documents per (source, line), for the repeated-line rule
+    for docs in iter_doc_groups(documents_dir, ["source_id", "source", "text"], cfg.shard_docs,
+                                batch_rows=cfg.shard_docs):
+        for source, text in zip(_source_keys(docs), docs["text"].fillna("").tolist()):
+            lines.add(source, text)
+    chrome = lines.chrome(cfg.repeat_share, cfg.repeat_min_docs)
+    removed: Counter = Counter()
     with spill_dir(out_dir) as tmp:
         with TableWriter(tmp / "clean", name="documents_clean", schema=CLEAN_SCHEMA,
                          rows_per_shard=cfg.shard_docs) as spill:
@@ -124,8 +135,10 @@ def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
                 for column in ("external_id", "written_date"):  # absent from crawls and older tables
                     if column not in docs:
                         docs[column] = None
-                kept, rej, counts, chars = clean_group(docs, cfg)
-                n_in, chars_in = n_in + len(docs), chars_in + chars
+                chars_in += int(docs["text"].fillna("").str.len().sum())
+                docs["text"] = _without_repeated_lines(docs, chrome, removed)
+                kept, rej, counts, _ = clean_group(docs, cfg)
+                n_in += len(docs)
                 rule_counts.update(counts)
                 rejects += rej
                 h, sg = doc_keys(kept["text"].tolist(), near=cfg.near_dup_threshold > 0, shingle=cfg.shingle,
@@ -153,8 +166,30 @@ def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
                 t = t.filter(pc.invert(pc.is_in(t["doc_id"], value_set=drop)))
                 n_out, chars_out = n_out + t.num_rows, chars_out + int(pc.sum(t["n_chars"]).as_py() or 0)
                 w.write(t)
+            if removed:
+                rule_counts["repeated_lines"] = sum(removed.values())
             w.stats = clean_stats(n_in, n_out, rej["reason"], rule_counts, chars_in, chars_out)
+            w.stats["repeated_lines"] = repeated_line_stats(removed, lines.docs)
     return w.stats
+
+
+def _source_keys(docs: pd.DataFrame) -> list[str]:
+    """The source of each document for the repeated-line rule: ``source_id``, else ``source``, else ""."""
+    ids = docs["source_id"] if "source_id" in docs else pd.Series([None] * len(docs))
+    names = docs["source"] if "source" in docs else pd.Series([None] * len(docs))
+    return [str(i) if isinstance(i, str) and i else (str(n) if isinstance(n, str) and n else "")
+            for i, n in zip(ids.tolist(), names.tolist())]
+
+
+def _without_repeated_lines(docs: pd.DataFrame, chrome: set[int], removed: Counter) -> list[str]:
+    """The texts of ``docs`` without their sources' repeated lines (:func:`corpus.clean.remove_repeated_lines`);
+    each removal counted in ``removed`` by (source, line)."""
+    out = []
+    for source, text in zip(_source_keys(docs), docs["text"].fillna("").tolist()):
+        text, gone = remove_repeated_lines(source, text, chrome)
+        removed.update((source, ln) for ln in gone)
+        out.append(text)
+    return out
 
 
 def sentences_stage(clean_dir, out_dir, cfg: SentenceConfig) -> dict:
@@ -416,7 +451,7 @@ def _write_dataset(name: str, spill: BucketSpill, dropped: dict, split_of: dict,
                 if have < PROBE_ROWS:
                     sample[s].append(pairs[pairs["split"] == s].iloc[:PROBE_ROWS - have])
             w.write(pairs)
-        stats = pair_stats(counts, dropped, split_of)
+        stats = pair_stats(counts, dropped, split_of, cfg.sm2_negatives if name == "policysm2" else None)
         probe_rows = [f for v in sample.values() for f in v]
         stats["probe"] = shortcut_probe(pd.concat(probe_rows, ignore_index=True) if probe_rows
                                         else pd.DataFrame(columns=list(PAIR_COLUMNS)))

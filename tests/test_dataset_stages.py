@@ -73,6 +73,9 @@ def test_dataset_report(text_data):
     md = (text_data / "report" / "report.md").read_text(encoding="utf-8")
     assert "Shortcut probe" in md and "policysm2" in md and "中华人民共和国中央人民政府" in md
     assert {r["dataset"] for r in rep["probe"]} == {"policysm1", "policysm2"}
+    sm2 = read_manifest(text_data / "policysm2")["stats"]  # the thesis's 1:5, reported with its shortfall
+    assert sm2["target_negatives_per_positive"] == 5 and sm2["negatives_per_positive"] >= 4.9
+    assert f"| policysm2 | {sm2['negatives_per_positive']} | 5 | {sm2['below_target']['documents']} of " in md
 
 
 def test_report_on_a_one_document_corpus_with_empty_splits(real_slice, tmp_path):
