@@ -230,3 +230,38 @@ def test_flow_end_to_end_on_two_tasks(prefect_harness, bench_root, tiny_bert, tm
     assert len(gate) == 2 and all(" ± " in r["mean ± std"] and r["> 2 std"] in ("yes", "no") for r in gate)
     md = (tmp_path / "benchmark.md").read_text(encoding="utf-8")
     assert "| pos | accuracy | most-frequent-tag |" in md and "0.9716" in md
+
+
+def test_char_checkpoint_from_pieces_computes_what_the_body_computes_on_pieces(tmp_path):
+    """A tiny SentencePiece (Unigram) BERT: the char checkpoint maps each char to its own piece's row, and the
+    char model on [CLS] c1 c2 [SEP] equals the body on <s> piece(c1) piece(c2) </s>."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import Unigram
+    from transformers import BertConfig, BertModel
+
+    from model.backbones import BackboneError, char_checkpoint_from_pieces, char_pieces
+    from model.features import CharEncoder
+
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "▁", "中国", "▁中", "国", "▁政", "策", "中", "<mask>"]
+    Tokenizer(Unigram([(p, -1.0) for p in pieces], unk_id=3)).save(str(tmp_path / "tok.json"))
+    src = tmp_path / "body"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(pieces), hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                         intermediate_size=32, max_position_embeddings=16)).save_pretrained(src)
+    with pytest.raises(BackboneError, match="no tokenizer.json"):
+        char_checkpoint_from_pieces(src, tmp_path / "x")
+    (tmp_path / "tok.json").rename(src / "tokenizer.json")
+    ids = {p: i for i, p in enumerate(pieces)}
+    assert char_pieces(ids) == {"国": 7, "政": 8, "策": 9, "中": 10}  # bare 中 preferred over ▁中
+    rep = char_checkpoint_from_pieces(src, tmp_path / "chars", layers=2)
+    assert rep["chars"] == 4 and rep["layers"] == 2
+    enc = CharEncoder.from_dir(tmp_path / "chars")
+    char_ids = [enc.cls] + enc.ids(["中", "国", "政"]) + [enc.sep]
+    piece_ids = [ids["<s>"], ids["中"], ids["国"], ids["▁政"], ids["</s>"]]
+    body = BertModel.from_pretrained(src, num_hidden_layers=2, add_pooling_layer=False).eval()
+    chars = BertModel.from_pretrained(tmp_path / "chars", add_pooling_layer=False).eval()
+    assert chars.config.vocab_size == 9 and chars.config.num_hidden_layers == 2
+    a = body(torch.tensor([piece_ids])).last_hidden_state
+    b = chars(torch.tensor([char_ids])).last_hidden_state
+    assert torch.allclose(a, b, atol=1e-6)
+    assert (tmp_path / "chars" / "char_pieces.tsv").read_text(encoding="utf-8").splitlines()[5] == "国\t7\t国"
