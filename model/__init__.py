@@ -8,12 +8,14 @@ from transformers import (
     AutoModel,
     AutoModelForPreTraining,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
 )
 
 from model.configuration import FUSIONS, PolicyBertConfig
 from model.modeling import (
     PolicyBertForPreTraining,
     PolicyBertForSequenceClassification,
+    PolicyBertForTokenClassification,
     PolicyBertModel,
     PolicyBertPreTrainedModel,
 )
@@ -22,6 +24,7 @@ AutoConfig.register("policybert", PolicyBertConfig, exist_ok=True)
 AutoModel.register(PolicyBertConfig, PolicyBertModel, exist_ok=True)
 AutoModelForPreTraining.register(PolicyBertConfig, PolicyBertForPreTraining, exist_ok=True)
 AutoModelForSequenceClassification.register(PolicyBertConfig, PolicyBertForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(PolicyBertConfig, PolicyBertForTokenClassification, exist_ok=True)
 
 __all__ = ["FUSIONS", "PolicyBertConfig", "PolicyBertForPreTraining", "PolicyBertForSequenceClassification",
-           "PolicyBertModel", "PolicyBertPreTrainedModel"]
+           "PolicyBertForTokenClassification", "PolicyBertModel", "PolicyBertPreTrainedModel"]

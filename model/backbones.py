@@ -166,3 +166,99 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
     report["new"] = [k for k, v in target.items() if k not in loaded and v.data_ptr() not in loaded_ptrs
                      and not k.endswith(("position_ids", "token_type_ids"))]
     return report
+
+
+PIECE_SPECIALS = {"[PAD]": ("<pad>", "[PAD]"), "[UNK]": ("<unk>", "[UNK]"), "[CLS]": ("<s>", "[CLS]"),
+                  "[SEP]": ("</s>", "[SEP]"), "[MASK]": ("<mask>", "[MASK]")}
+CHAR_PIECES = "char_pieces.tsv"
+
+
+def char_pieces(piece_ids: dict[str, int]) -> dict[str, int]:
+    """Per character, the piece of a SentencePiece vocabulary (``piece -> id``) that spells it alone: the bare
+    piece ``c`` (how a char inside running text is written) when the vocabulary has it, else ``▁c`` (the
+    metaspace form). Whitespace and multi-char pieces are left out; chars in piece-id order."""
+    bare, spaced = {}, {}
+    for p, i in piece_ids.items():
+        if len(p) == 1 and not p.isspace() and p != "▁":
+            bare[p] = i
+        elif len(p) == 2 and p[0] == "▁" and not p[1].isspace():
+            spaced[p[1]] = i
+    out = {**spaced, **bare}
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+@torch.no_grad()
+def char_checkpoint_from_pieces(bert_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                                layers: int | None = None) -> dict:
+    """A one-char-per-position BERT checkpoint from a BERT body with a SentencePiece tokenizer (such as the
+    converted multilingual-e5-small, SPEC §8), as PolicyBERT reads chars (SPEC §6).
+
+    Every char that a piece spells alone (:func:`char_pieces`) becomes a row of a new char vocabulary
+    (``vocab.txt``: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` = the tokenizer's ``<pad> <unk> <s> </s> <mask>``, then
+    the chars), its embedding row copied from its piece's row; the other weights are the body's (the first
+    ``layers`` layers when given). ``char_pieces.tsv`` lists ``char, piece id, piece`` per row. So the char
+    model run on ``[CLS] c1 … cn [SEP]`` computes exactly what the body computes on those pieces.
+
+    Raises:
+        BackboneError: no ``tokenizer.json`` in ``bert_dir``, a special piece missing, or not a BERT config.
+    """
+    from tokenizers import Tokenizer
+    from transformers import BertModel
+
+    from model.features import save_char_tokenizer
+    from storage.atomic import atomic_path
+
+    bert_dir = Path(bert_dir)
+    if not (bert_dir / "tokenizer.json").is_file():
+        raise BackboneError(f"{bert_dir}: no tokenizer.json (a SentencePiece/fast tokenizer is needed)")
+    if _read_config(bert_dir).get("model_type") != "bert":
+        raise BackboneError(f"{bert_dir}: not a BERT checkpoint (config model_type)")
+    vocab = Tokenizer.from_file(str(bert_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
+    specials = {}
+    for ours, names in PIECE_SPECIALS.items():
+        found = [vocab[n] for n in names if n in vocab]
+        if not found:
+            raise BackboneError(f"{bert_dir}: tokenizer has none of {names} for {ours}")
+        specials[ours] = found[0]
+    chars = {c: i for c, i in char_pieces(vocab).items() if c not in specials}
+    body = BertModel.from_pretrained(str(bert_dir), add_pooling_layer=False,
+                                     **({"num_hidden_layers": layers} if layers else {}))
+    rows = list(specials.values()) + list(chars.values())
+    emb = body.get_input_embeddings().weight[torch.tensor(rows)].clone()
+    body.set_input_embeddings(torch.nn.Embedding.from_pretrained(emb, freeze=False, padding_idx=0))
+    body.config.vocab_size, body.config.pad_token_id = len(rows), 0
+    inv = {i: p for p, i in vocab.items()}
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        body.save_pretrained(tmp)
+        save_char_tokenizer(list(specials) + list(chars), tmp)
+        lines = [f"{c}\t{i}\t{inv[i]}" for c, i in list(specials.items()) + list(chars.items())]
+        (tmp / CHAR_PIECES).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (tmp / "char_source.json").write_text(json.dumps({"from": str(bert_dir), "layers": body.config.num_hidden_layers,
+                                                          "chars": len(chars)}), encoding="utf-8")
+    return {"chars": len(chars), "layers": body.config.num_hidden_layers, "out": str(out_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``char-checkpoint --from DIR --out DIR [--layers N]``: :func:`char_checkpoint_from_pieces`; prints its
+    report; exits 2 with ``error: …`` on a folder it cannot convert."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m model.backbones")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("char-checkpoint", help="one char per position from a SentencePiece BERT body")
+    c.add_argument("--from", dest="src", required=True, help="BERT checkpoint with tokenizer.json (e.g. model.e5's)")
+    c.add_argument("--out", required=True, help="output checkpoint folder")
+    c.add_argument("--layers", type=int, default=None, help="keep the first N layers (default all)")
+    args = ap.parse_args(argv)
+    try:
+        print(json.dumps(char_checkpoint_from_pieces(args.src, args.out, args.layers)))
+    except (BackboneError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -66,11 +66,27 @@ def pair_baselines(splits: dict[str, pd.DataFrame]) -> dict:
     Raises:
         ValueError: the train split is empty or holds one label only.
     """
+    train = splits["train"]
+    predict = fit_overlap_lr(train)
+    major = int(train["label"].mode()[0])
+    out: dict = {"majority": {}, "overlap_lr": {}}
+    for s in ("dev", "test"):
+        gold = splits[s]["label"].to_numpy()
+        out["majority"][s] = classification_scores(np.full(len(gold), major), gold)
+        out["overlap_lr"][s] = classification_scores(predict(splits[s]), gold)
+    return out
+
+
+def fit_overlap_lr(train: pd.DataFrame):
+    """Fit the ``overlap_lr`` baseline on pairs (text_a, text_b, label) and return ``pairs -> (n,) labels``.
+
+    Raises:
+        ValueError: the train split is empty or holds one label only.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    train = splits["train"]
     if not len(train) or train["label"].nunique() < 2:
         raise ValueError("pair baselines need a train split with both labels")
     texts = pd.concat([train["text_a"], train["text_b"]], ignore_index=True)
@@ -78,11 +94,4 @@ def pair_baselines(splits: dict[str, pd.DataFrame]) -> dict:
     avgdl = float(np.mean([len(to_chars(t)) for t in texts])) or 1.0
     clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
     clf.fit(overlap_features(train, idf, avgdl), train["label"].to_numpy())
-    major = int(train["label"].mode()[0])
-    out: dict = {"majority": {}, "overlap_lr": {}}
-    for s in ("dev", "test"):
-        gold = splits[s]["label"].to_numpy()
-        out["majority"][s] = classification_scores(np.full(len(gold), major), gold)
-        pred = clf.predict(overlap_features(splits[s], idf, avgdl)) if len(gold) else np.array([])
-        out["overlap_lr"][s] = classification_scores(pred, gold)
-    return out
+    return lambda pairs: clf.predict(overlap_features(pairs, idf, avgdl)) if len(pairs) else np.array([])

@@ -19,6 +19,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
     SequenceClassifierOutput,
+    TokenClassifierOutput,
 )
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
@@ -262,7 +263,8 @@ class PolicyBertForPreTraining(PolicyBertPreTrainedModel):
 
 
 class PolicyBertForSequenceClassification(PolicyBertPreTrainedModel):
-    """``[CLS]`` pooled -> Dropout -> Linear(num_labels); cross-entropy loss with ``labels`` (batch,)."""
+    """``[CLS]`` pooled -> Dropout -> Linear(num_labels) (SPEC §6, §10: PolicySM pairs, and n-label DC/SA/SPM);
+    cross-entropy loss with ``labels`` (batch,) in ``[0, num_labels)``. Output ``logits`` (batch, num_labels)."""
 
     def __init__(self, config: PolicyBertConfig):
         super().__init__(config)
@@ -281,3 +283,32 @@ class PolicyBertForSequenceClassification(PolicyBertPreTrainedModel):
         logits = self.classifier(self.dropout(out.pooler_output))
         loss = nn.CrossEntropyLoss()(logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+class PolicyBertForTokenClassification(PolicyBertPreTrainedModel):
+    """A label per character (SPEC §10: CWS BMES tags, NER BIO tags; word-level tasks such as POS label each
+    word at its first character and give the other characters ``-100``).
+
+    Char states (batch, seq_len, hidden) -> Dropout -> Linear(num_labels) -> ``logits`` (batch, seq_len,
+    num_labels); cross-entropy loss over the positions with ``labels`` (batch, seq_len) != -100. No pooler.
+    """
+
+    def __init__(self, config: PolicyBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = PolicyBertModel(config, add_pooling_layer=False)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, word_ids: torch.Tensor | None = None,
+                matching_matrix: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                **kwargs) -> TokenClassifierOutput:
+        out = self.bert(input_ids, attention_mask, token_type_ids, word_ids, matching_matrix)
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = nn.CrossEntropyLoss(ignore_index=-100)(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        return TokenClassifierOutput(loss=loss, logits=logits)

@@ -1,0 +1,158 @@
+"""The thesis's public benchmarks (SPEC §10, thesis Tables 3-4): fine-tune a checkpoint on CWS, POS, NER, DC, SA
+and SPM and evaluate on test, beside baselines that cannot learn from the encoder.
+
+    python -m flows.benchmark --task cws|pos|ner|dc|sa|spm|all --model DIR [--fusion none,gate,attn] [--seeds N]
+        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--out DIR] [--data ../shared/benchmarks]
+
+``--model DIR`` is a BERT checkpoint with a char ``vocab.txt`` (rows ``plain`` + PolicyBERT with each
+``--fusion`` on its body) or a PolicyBERT checkpoint (its own fusion). Splits: the published ones, or the
+README's fallbacks (said in the table). Writes ``OUT/benchmark.parquet`` (one row per task x model x seed x
+metric: ``task, model, seed, metric, value`` + ``train_rows, test_rows, split, budget, seconds``),
+``OUT/benchmark.md`` and the ``benchmark`` table artifact (mean ± std, the thesis's figure, fusion vs plain).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+TASK_NAMES = ("cws", "pos", "ner", "dc", "sa", "spm")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m flows.benchmark", description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", required=True, help="one of cws, pos, ner, dc, sa, spm, a comma list, or all")
+    p.add_argument("--model", default=None, help="BERT or PolicyBERT checkpoint dir (omit with --baselines-only)")
+    p.add_argument("--fusion", default="gate", help="PolicyBERT fusions on a BERT body, comma list of none,gate,attn")
+    p.add_argument("--seeds", type=int, default=3, help="training seeds per model (mean ± std)")
+    p.add_argument("--max-train", type=int, default=None, help="cap on train rows (overrides the budget's)")
+    p.add_argument("--max-eval", type=int, default=None, help="cap on dev/test rows (overrides the budget's)")
+    p.add_argument("--budget", default="cpu-small", choices=("cpu-small", "gpu-base", "tiny"))
+    p.add_argument("--device", default=None, help="override the budget's device (cpu, cuda, auto)")
+    p.add_argument("--out", default="eval/benchmark", help="output dir (benchmark.parquet, benchmark.md)")
+    p.add_argument("--data", default=None, help="benchmark sets root (default ../shared/benchmarks)")
+    p.add_argument("--vocab", default=None, help="word vocabulary: a vocab.txt or a data dir with vocab/vocab.txt "
+                                                 "(default: the checkpoint's, else built from each train split)")
+    p.add_argument("--baselines-only", action="store_true", help="run the non-neural baselines only")
+    return p
+
+
+def validate(args: argparse.Namespace) -> argparse.Namespace:
+    """Normalise ``task``/``fusion`` into lists; raise ValueError naming a bad flag."""
+    tasks = list(TASK_NAMES) if args.task == "all" else [t.strip() for t in args.task.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASK_NAMES]
+    if bad or not tasks:
+        raise ValueError(f"--task {args.task}: unknown task(s) {bad} (cws, pos, ner, dc, sa, spm, all)")
+    fusions = [f.strip() for f in args.fusion.split(",") if f.strip()]
+    if [f for f in fusions if f not in ("none", "gate", "attn")]:
+        raise ValueError(f"--fusion {args.fusion}: choose from none, gate, attn")
+    if args.seeds < 1:
+        raise ValueError(f"--seeds {args.seeds}: need at least 1")
+    if not args.baselines_only:
+        if not args.model or not (Path(args.model) / "config.json").is_file():
+            raise ValueError(f"--model {args.model}: not a checkpoint folder (no config.json)")
+        if not (Path(args.model) / "vocab.txt").is_file():
+            raise ValueError(f"--model {args.model}: no char vocab.txt (convert a SentencePiece checkpoint with "
+                             "python -m model.backbones char-checkpoint)")
+    args.tasks, args.fusions = tasks, fusions
+    return args
+
+
+def cli_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and validate; on bad input print ``error: …`` and exit 2 (before prefect is imported)."""
+    args = parser().parse_args(argv)
+    try:
+        return validate(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # Prefect's home under --out, set before prefect loads
+    import os
+
+    from flows.env import prefect_env, reexec_with_prefect_env
+
+    _args = cli_args()
+    if not os.environ.get("PREFECT_API_URL"):
+        os.makedirs(prefect_env(_args.out)["PREFECT_HOME"], exist_ok=True)
+        reexec_with_prefect_env(_args.out, "flows.benchmark")
+
+from dataclasses import replace  # noqa: E402
+
+from prefect import flow  # noqa: E402
+from prefect.artifacts import create_table_artifact  # noqa: E402
+
+from tasks import benchmark as T  # noqa: E402
+
+
+@flow(name="public-benchmarks", log_prints=True)
+def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], seeds: int = 3,
+                   budget: str = "cpu-small", out: str = "eval/benchmark", data: str | None = None,
+                   max_train: int | None = None, max_eval: int | None = None, vocab: str | None = None,
+                   device: str | None = None, baselines_only: bool = False) -> list[dict]:
+    """Per task: load (fallback splits), cap to the budget, baselines, then every model row x seed (seeds 13,
+    14, ...); write ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table
+    artifact. Returns the summary table (:func:`model.benchmark.report.summary`)."""
+    import pandas as pd
+
+    from model.benchmark.data import cap, load_task
+    from model.benchmark.inputs import word_matcher
+    from model.benchmark.report import long_rows, markdown, summary
+    from model.benchmark.runner import BUDGETS, variants_for
+    from storage.atomic import atomic_path
+
+    b = BUDGETS[budget]
+    b = replace(b, max_train=max_train or b.max_train, max_eval=max_eval or b.max_eval, device=device or b.device)
+    rows: list[dict] = []
+    for name in tasks:
+        t0 = time.perf_counter()
+        splits = cap(load_task(name, data), b.max_train, b.max_eval)
+        extra = {"train_rows": len(splits.train), "test_rows": len(splits.test), "split": splits.note,
+                 "budget": b.describe()}
+        for r in T.baselines(splits):
+            rows += long_rows(name, r["model"], None, r["scores"], seconds=r["seconds"], **extra)
+        if not baselines_only:
+            matcher, source = word_matcher(splits, model_dir, vocab)
+            print(f"{name}: words from {source}")
+            for variant in variants_for(model_dir, fusions):
+                for k in range(seeds):
+                    r = T.finetune(splits, model_dir, variant, b, 13 + k, matcher)
+                    rows += long_rows(name, variant, 13 + k, r["scores"], seconds=r["seconds"], **extra)
+                    print(f"{name} {variant} seed {13 + k}: {json.dumps(r['scores'])} ({r['seconds']:.0f} s, "
+                          f"{r['steps']} steps, best step {r['best_step']}, {r['device']})")
+        print(f"{name}: {time.perf_counter() - t0:.0f} s")
+    df = pd.DataFrame(rows)
+    table = summary(df)
+    outp = Path(out)
+    outp.mkdir(parents=True, exist_ok=True)
+    with atomic_path(outp / "benchmark.parquet") as tmp:
+        df.to_parquet(tmp, index=False)
+    title = f"Public benchmarks, {b.describe()}; model {model_dir or '-'}"
+    with atomic_path(outp / "benchmark.md") as tmp:
+        tmp.write_text(markdown(table, title), encoding="utf-8")
+    create_table_artifact(table=table, key="benchmark",
+                          description=title + ". Thesis figures (Table 4, PolicyBERT) for reference only: other "
+                                              "splits and training data where a fallback is named.")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: validate (exit 2 with ``error: …``), run the flow, print the Markdown table."""
+    from transformers.utils import logging as hf_logging
+
+    from model.benchmark.report import markdown
+
+    args = cli_args(argv)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    table = benchmark_flow(args.tasks, args.model, args.fusions, args.seeds, args.budget, args.out, args.data,
+                           args.max_train, args.max_eval, args.vocab, args.device, args.baselines_only)
+    print(markdown(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""Fine-tune and evaluate one model on one benchmark task (SPEC §10) with the project's training loop
+(:func:`model.training.train`: AdamW, warmup + linear decay, best-by-dev weights; CUDA + bf16 autocast when a
+GPU is present).
+
+Models (``variant``):
+- ``plain``: transformers' ``BertForTokenClassification`` / ``BertForSequenceClassification`` on a BERT
+  checkpoint (config ``model_type`` bert), chars only;
+- ``none`` | ``gate`` | ``attn``: PolicyBERT with that fusion. From a PolicyBERT checkpoint: its own weights
+  (the checkpoint's fusion only). From a BERT checkpoint: the char encoder, embeddings and pooler are the BERT
+  body (:func:`model.backbones.init_from_backbones`), the word layers start as copies of the first char layers
+  and each word's embedding as the mean of its chars' embeddings; the fusion layers are new.
+
+Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows, steps, length and layers to fit all six tasks x plain +
+gate x 3 seeds on 2 CPU cores within an hour; ``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
+batch 32, lr 5e-5, max length 128, every layer).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from model.benchmark.data import Splits, cap
+from model.benchmark.inputs import Collator, encode_split, token_rows
+from model.benchmark.metrics import task_scores
+from model.features import CharEncoder, WordMatcher
+
+VARIANTS = ("plain", "none", "gate", "attn")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A fine-tuning budget: train rows (``max_train``, None = all), dev/test rows (``max_eval``), optimiser
+    steps (``max_steps``, None = ``epochs`` decide), batch size, learning rate, max sequence length in chars,
+    char layers kept from the backbone (``layers``, None = all), word layers of a new word encoder, words per
+    example, evaluations per run (dev at each epoch end, or every ``eval_every`` steps), device."""
+
+    name: str
+    max_train: int | None
+    max_eval: int | None
+    epochs: int
+    max_steps: int | None
+    batch_size: int
+    lr: float
+    max_len: int
+    layers: int | None
+    word_layers: int
+    max_words: int = 40
+    eval_every: int = 0
+    device: str = "auto"
+
+    def describe(self) -> str:
+        """One line for the table: the caps of this budget."""
+        return (f"{self.name}: train <= {self.max_train or 'all'} rows, dev/test <= {self.max_eval or 'all'}, "
+                f"{f'{self.max_steps} steps' if self.max_steps else f'{self.epochs} epochs'}, batch {self.batch_size}, "
+                f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
+                f"word layers {self.word_layers}")
+
+
+BUDGETS: dict[str, Budget] = {
+    "cpu-small": Budget("cpu-small", max_train=2000, max_eval=1000, epochs=1, max_steps=125, batch_size=16,
+                        lr=1e-4, max_len=64, layers=4, word_layers=1, max_words=24, device="cpu"),
+    "gpu-base": Budget("gpu-base", max_train=None, max_eval=None, epochs=3, max_steps=None, batch_size=32,
+                       lr=5e-5, max_len=128, layers=None, word_layers=2, max_words=40, device="auto"),
+    "tiny": Budget("tiny", max_train=24, max_eval=16, epochs=1, max_steps=3, batch_size=8, lr=1e-3, max_len=32,
+                   layers=None, word_layers=1, max_words=8, device="cpu"),
+}
+
+
+def model_type(model_dir: str | os.PathLike) -> str:
+    """``model_type`` of a checkpoint's ``config.json`` (``bert`` or ``policybert``).
+
+    Raises:
+        FileNotFoundError: no config.json.
+    """
+    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["model_type"]
+
+
+def variants_for(model_dir: str | os.PathLike, fusions: list[str]) -> list[str]:
+    """The model rows a checkpoint yields: a BERT checkpoint gives ``plain`` and every requested fusion
+    (PolicyBERT on its body); a PolicyBERT checkpoint gives its own fusion only (another fusion would start
+    from untrained fusion weights under a trained name)."""
+    mt = model_type(model_dir)
+    if mt == "bert":
+        return ["plain"] + [f for f in fusions if f != "plain"]
+    cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    return [cfg["fusion"]]
+
+
+def _head_kwargs(splits: Splits) -> dict:
+    return {"num_labels": len(splits.labels), "id2label": dict(enumerate(splits.labels)),
+            "label2id": {t: i for i, t in enumerate(splits.labels)}}
+
+
+def build_model(model_dir: str | os.PathLike, variant: str, splits: Splits, budget: Budget, enc: CharEncoder,
+                matcher: WordMatcher) -> torch.nn.Module:
+    """The token or sequence model of ``variant`` for the task (module docstring).
+
+    Raises:
+        ValueError: a ``plain`` row asked of a PolicyBERT checkpoint, or a fusion other than a PolicyBERT
+            checkpoint's own.
+    """
+    from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification,
+                              BertForSequenceClassification, BertForTokenClassification)
+
+    import model as _registers_policybert  # noqa: F401  (Auto classes know policybert)
+    from model.modeling import PolicyBertForSequenceClassification, PolicyBertForTokenClassification
+
+    token = splits.task.kind in ("token", "word")
+    head = _head_kwargs(splits)
+    mt = model_type(model_dir)
+    layers = {"num_hidden_layers": budget.layers} if budget.layers else {}
+    if variant == "plain":
+        if mt != "bert":
+            raise ValueError(f"{model_dir} is a {mt} checkpoint: the plain row needs a BERT checkpoint")
+        cls = BertForTokenClassification if token else BertForSequenceClassification
+        return cls.from_pretrained(model_dir, **head, **layers)
+    if mt == "policybert":
+        cls = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+        return cls.from_pretrained(model_dir, fusion=variant, **head)
+    from model.backbones import config_from_backbones, init_from_backbones
+
+    cfg = config_from_backbones(str(model_dir), None, fusion=variant, word_vocab_size=matcher.size,
+                                max_words=budget.max_words, **layers, **head,
+                                num_word_layers=min(budget.word_layers, budget.layers or 10 ** 6))
+    m = (PolicyBertForTokenClassification if token else PolicyBertForSequenceClassification)(cfg)
+    init_from_backbones(m, str(model_dir))
+    init_word_encoder(m, enc, matcher)
+    return m
+
+
+@torch.no_grad()
+def init_word_encoder(m: torch.nn.Module, enc: CharEncoder, matcher: WordMatcher) -> None:
+    """Start a new word encoder from the char encoder: word layer i = char layer i, word embedding = mean of
+    its chars' embeddings, word LayerNorm = char embedding LayerNorm (in place)."""
+    bert = m.bert
+    for i, layer in enumerate(bert.encoder.word_layers):
+        layer.load_state_dict(bert.encoder.layer[i].state_dict())
+    if bert.word_embeddings is None:
+        return
+    char_emb = bert.embeddings.word_embeddings.weight
+    word_emb = bert.word_embeddings.word_embeddings.weight
+    for w, i in matcher.word_to_id.items():
+        ids = [c for c in enc.ids(list(w)) if c < char_emb.shape[0]]
+        if ids and i < word_emb.shape[0]:
+            word_emb[i] = char_emb[ids].mean(0)
+    bert.word_embeddings.token_type_embeddings.load_state_dict(bert.embeddings.token_type_embeddings.state_dict())
+    bert.word_embeddings.LayerNorm.load_state_dict(bert.embeddings.LayerNorm.state_dict())
+
+
+@torch.no_grad()
+def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, batch_size: int,
+            device: str = "auto") -> list:
+    """Argmax label ids: per example a list over its window's chars (token tasks) or one id (sequence tasks)."""
+    from model.training import autocast, batches, resolve_device
+
+    dev = resolve_device(device)
+    model.to(dev).eval()
+    out: list = []
+    for b in batches(len(examples), batch_size, None):
+        ex = [examples[i] for i in b]
+        batch = {k: v.to(dev) for k, v in collate_fn(ex).items() if k != "labels"}
+        with autocast(dev):
+            ids = model(**batch).logits.float().argmax(-1).cpu()
+        if ids.dim() == 2:
+            out += [ids[j, 1:1 + e["n"]].tolist() for j, e in enumerate(ex)]
+        else:
+            out += ids.tolist()
+    return out
+
+
+def decode(examples: list[dict], pred: list, df, splits: Splits) -> tuple[list, list]:
+    """(gold, predicted) in the metric's form: tags per sentence stitched from windows (POS: per word, read at
+    each word's first char), or labels per row."""
+    labels, kind = splits.labels, splits.task.kind
+    if kind not in ("token", "word"):
+        gold = list(df["label"])
+        return gold, [labels[p] for p in pred]
+    rows = token_rows(df, kind)
+    per_row: list[list[int]] = [[0] * len(c) for c, _ in rows]
+    for e, p in zip(examples, pred):
+        per_row[e["row"]][e["start"]:e["start"] + e["n"]] = p
+    gold, out = [], []
+    for (chars, tags), p in zip(rows, per_row):
+        keep = [i for i, t in enumerate(tags) if t is not None]
+        gold.append([tags[i] for i in keep])
+        out.append([labels[p[i]] for i in keep])
+    return gold, out
+
+
+def evaluate(model, examples, df, splits: Splits, collate_fn, budget: Budget) -> dict:
+    """The task's metrics of ``model`` on one split's encoded examples (``df`` its rows)."""
+    pred = predict(model, examples, collate_fn, max(budget.batch_size * 2, 8), budget.device)
+    gold, out = decode(examples, pred, df, splits)
+    return task_scores(splits.task.kind, splits.task.name, gold, out)
+
+
+def char_encoder(model_dir: str | os.PathLike) -> CharEncoder:
+    """The char ids of a checkpoint (its ``vocab.txt``: one char per line, BERT specials included).
+
+    Raises:
+        FileNotFoundError: the checkpoint has no char ``vocab.txt`` (a SentencePiece checkpoint must first be
+            turned into a char checkpoint, :func:`model.backbones.char_checkpoint_from_pieces`).
+    """
+    if not (Path(model_dir) / "vocab.txt").is_file():
+        raise FileNotFoundError(f"{model_dir}: no char vocab.txt (PolicyBERT reads one char per position)")
+    return CharEncoder.from_dir(model_dir)
+
+
+def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, budget: Budget, seed: int,
+                  matcher: WordMatcher, log: Callable[[str], None] = print) -> dict:
+    """Fine-tune ``variant`` on the (capped) train split, keep the best-by-dev weights, score test.
+
+    Returns:
+        ``{"scores": test metrics, "dev": best dev metrics, "seconds", "steps", "best_step", "device",
+        "train_rows", "test_rows"}``.
+    """
+    from model.training import TrainConfig, train
+
+    splits = cap(splits, budget.max_train, budget.max_eval)
+    enc = char_encoder(model_dir)
+    torch.manual_seed(seed)
+    model = build_model(model_dir, variant, splits, budget, enc, matcher)
+    words = variant != "plain"
+    fn = Collator(words, getattr(model.config, "max_words", 1) if words else 1, enc.pad)
+    mw = getattr(model.config, "max_words", budget.max_words)
+    data = {s: encode_split(getattr(splits, s), splits, enc, matcher, budget.max_len, mw, seed)
+            for s in ("train", "dev", "test")}
+    metric = splits.task.metric
+    cfg = TrainConfig(epochs=budget.epochs, max_steps=budget.max_steps, batch_size=budget.batch_size,
+                      eval_batch_size=budget.batch_size * 2, lr=budget.lr, seed=seed, device=budget.device,
+                      log_every=max(1, (budget.max_steps or 100) // 5), save_every=0, eval_every=budget.eval_every)
+    t0 = time.perf_counter()
+    run = train(model, data["train"], fn, cfg, log,
+                evaluate=lambda m: evaluate(m, data["dev"], splits.dev, splits, fn, budget), best_metric=metric)
+    test = evaluate(model, data["test"], splits.test, splits, fn, budget)
+    return {"scores": test, "dev": run["best"], "seconds": time.perf_counter() - t0, "steps": run["steps"],
+            "best_step": run["best"]["step"] if run["best"] else None, "device": run["device"],
+            "train_rows": len(splits.train), "test_rows": len(splits.test), "note": splits.note,
+            "budget": asdict(budget)}
+
+
+def with_device(budget: Budget, device: str | None) -> Budget:
+    """The budget on another device (``cpu`` to run gpu-base on a slice without a GPU)."""
+    return replace(budget, device=device) if device else budget
+
+
+__all__ = ["BUDGETS", "Budget", "VARIANTS", "build_model", "char_encoder", "decode", "evaluate", "finetune_task",
+           "init_word_encoder", "model_type", "predict", "variants_for", "with_device"]
