@@ -4,7 +4,6 @@ seed that the fetcher would always refuse. Each ends in a clear error or a recor
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
