@@ -97,7 +97,10 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     factory = _encoder_factory(pinned, batch_size, device)
     kw = {}
     if sparse is not None:
+        # lead sentences only: the retrieval evaluation reports title queries, and the fusion is never fitted
+        # on the figures it reports (SPEC §7)
         queries = mine_queries_from(iter_table(clean_dir, ["doc_id", "text", "title"]), fusion)
+        queries = queries[queries["kind"] == "lead"].reset_index(drop=True)
         kw = dict(sparse=sparse, fusion_queries=queries, fusion=fusion,
                   tokenizer=(lambda: tokenizer) if tokenizer else None,
                   query_embed_factory=lambda: queries_fn(factory()))
