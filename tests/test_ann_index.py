@@ -1,4 +1,4 @@
-"""Approximate (IVF / HNSW) index versions (issue 16 item 6): chosen past ``IndexConfig.ann_min_vectors``,
+"""Approximate (IVF / HNSW) index versions: chosen past ``IndexConfig.ann_min_vectors``,
 exact below; recall@10 against exact search measured at build time and recorded; deterministic builds;
 save/reload gives the same results; the refresh path rebuilds the ANN structure from stored vectors.
 

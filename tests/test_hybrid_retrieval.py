@@ -1,4 +1,4 @@
-"""Issue 12: pinned encoders per index version, the sparse (BM25) side and hybrid search."""
+"""Pinned encoders per index version, the sparse (BM25) side and hybrid search."""
 import json
 import shutil
 

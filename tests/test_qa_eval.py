@@ -1,4 +1,4 @@
-"""Issue 12: evaluation on real-question-shaped data (a pool of articles, questions with gold article ids)."""
+"""Evaluation on real-question-shaped data (a pool of articles, questions with gold article ids)."""
 import json
 
 import pandas as pd
