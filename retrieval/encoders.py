@@ -155,7 +155,8 @@ class BertEncoder(_Interface):
             return AutoTokenizer.from_pretrained(str(ckpt_dir))
         from transformers import BertTokenizerFast
 
-        return BertTokenizerFast(vocab_file=str(Path(ckpt_dir, "vocab.txt")), do_lower_case=True,
+        # transformers 5 reads the WordPiece list from ``vocab=`` (``vocab_file=`` is ignored: every char [UNK])
+        return BertTokenizerFast(vocab=str(Path(ckpt_dir, "vocab.txt")), do_lower_case=True,
                                  tokenize_chinese_chars=True)
 
     @classmethod
