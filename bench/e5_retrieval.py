@@ -31,11 +31,18 @@ TOKENISATION_QUESTIONS = 200
 PART_ROWS = 20000  # float16 (20000, 384) = 15 MiB per file
 
 
-def ncpqa(qa: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(questions: qid, query, gold [doc_id]; pool: doc_id, text, title, body) of NCPQA."""
+def ncpqa(qa: Path, chunked: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(questions: qid, query, gold [doc_id]; pool: doc_id, text, title, body) of NCPQA; ``chunked``: one
+    pool row per chunk of a document (retrieval.chunks defaults, 750 chars, 150 overlap; SPEC §7), as the
+    index stores it, a document ranked by its best chunk."""
+    from retrieval.chunks import ChunkConfig, chunk_text
+
     d = pd.read_json(qa / "ncpqa_docs.jsonl", lines=True)
     q = pd.read_json(qa / "ncpqa_questions.jsonl", lines=True)
-    pool = pd.DataFrame({"doc_id": d["doc_id"].astype(str), "text": d["text"], "title": d["title"], "body": d["text"]})
+    rows = [(str(r.doc_id), r.text[s:e] if chunked else r.text, r.title) for r in d.itertuples()
+            for s, e in (chunk_text(r.text, ChunkConfig()) if chunked else [(0, len(r.text))])]
+    pool = pd.DataFrame(rows, columns=["doc_id", "text", "title"])
+    pool["body"] = pool["text"]
     return pd.DataFrame({"qid": q["qid"], "query": q["question"], "gold": [[str(x)] for x in q["doc_id"]]}), pool
 
 
@@ -52,7 +59,7 @@ def prepare(qa: Path, cfg) -> dict:
     from retrieval.qa_eval import mined_pool_queries
 
     passages, queries = [], []
-    for questions, pool in (lecoqa(qa), ncpqa(qa)):
+    for questions, pool in (lecoqa(qa), ncpqa(qa), ncpqa(qa, chunked=True)):
         texts = pool["text"].tolist()
         mined = mined_pool_queries(pool, cfg.fusion)
         passages += texts + list(mask_leads(texts, pool["doc_id"].tolist(), mined).values())
@@ -157,7 +164,8 @@ def evaluate(qa: Path, vec_dir: Path, texts_file: Path, out: Path | None) -> dic
     vecs = load_vectors(vec_dir, texts_file)
     system = lookup_system("e5", vecs, "passages", "queries", "e5-small")
     result = {}
-    for name, (questions, pool) in {"lecoqa": lecoqa(qa), "ncpqa": ncpqa(qa)}.items():
+    sets = {"lecoqa": lecoqa(qa), "ncpqa": ncpqa(qa), "ncpqa-chunks": ncpqa(qa, chunked=True)}
+    for name, (questions, pool) in sets.items():
         table, info = evaluate_qa(questions, pool, [system], QAEvalConfig())
         print(f"== {name}: {len(questions)} questions over {len(pool)} documents")
         print(format_table(table))

@@ -132,3 +132,48 @@ def test_long_text_windows_match_package_engine(converted, reference):
     assert len(reference.token_ids(text, False)) > 512  # two windows in both engines
     enc = Encoder.from_checkpoint(converted)
     assert float(enc.encode_corpus([text])[0] @ reference.embed([text], False)[0]) >= 0.999
+
+
+def test_windows_are_token_weighted_means(converted):
+    from dataclasses import replace
+
+    from retrieval.encoders import Encoder, pool
+
+    enc = Encoder.from_checkpoint(converted)
+    text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益，维护公共利益和社会秩序。"
+    enc.info = replace(enc.info, max_len=12)  # 10 content tokens per window
+    wins, owner = enc.windows(["passage: " + text])
+    assert len(wins) >= 3 and set(owner) == {0} and all(len(w) <= 12 for w in wins)
+    assert all(w[0] == enc.tokenizer.cls_token_id and w[-1] == enc.tokenizer.sep_token_id for w in wins)
+    import torch
+
+    with torch.no_grad():
+        raw = [pool(enc.model(input_ids=torch.tensor([w])).last_hidden_state, torch.ones(1, len(w)), "mean_all",
+                    normalize=False)[0].numpy() * (len(w) - 2) for w in wins]
+    want = np.sum(raw, 0) / np.linalg.norm(np.sum(raw, 0))
+    assert np.allclose(enc.encode_corpus([text])[0], want, atol=1e-5)
+    enc.info = replace(enc.info, windows=False)  # truncation: the first window only
+    assert len(enc.windows(["passage: " + text])[0]) == 1
+
+
+def test_mean_all_pooling_counts_specials():
+    import torch
+
+    from retrieval.encoders import pool
+
+    states = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [5.0, 4.0], [9.0, 9.0]]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert torch.allclose(pool(states, mask, "mean_all", normalize=False), torch.tensor([[3.0, 4 / 3]]))
+    assert torch.allclose(pool(states, mask, "mean", normalize=False), torch.tensor([[3.0, 0.0]]))
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool(states, mask, "max")
+
+
+def test_char_pieces_one_id_per_char(converted):
+    from tokenizers import Tokenizer
+
+    from model.e5_tokenizer import CharPieces
+
+    tok = Tokenizer.from_file(str(converted / "tokenizer.json"))
+    ids = CharPieces(tok)("国务院 ab　Ａ")  # the ideographic space and the full-width A are normalised first
+    assert [tok.id_to_token(i) for i in ids] == ["国", "务", "院", "▁", "a", "b", "▁", "A"]
