@@ -6,7 +6,7 @@ engine (SPEC §8), on the same real texts in one run:
 Engines: ``engine`` (the package's 4-bit C engine, OpenMP), ``torch-fp32`` (:class:`retrieval.encoders.
 BertEncoder` on the converted checkpoint) and ``torch-int8`` (the same with every ``nn.Linear`` dynamically
 quantised to int8, ``torch.ao.quantization.quantize_dynamic``; kept only if its cosine to fp32 is ≥ 0.99).
-Each engine runs in its own child process (so its peak RSS is its own) with ``--threads`` threads, one
+Each engine runs in its own child process (so its peak RSS is its own; the RSS after the imports, before the model, is printed beside it) with ``--threads`` threads, one
 warm-up batch, then the texts (real 750-char chunks, ``passage: `` side). Prints chars/s, tokens/s, peak RSS
 (MiB), the ratio to the engine, and the cosine of each torch variant to the engine and to fp32.
 """
@@ -63,8 +63,11 @@ def child(engine: str, texts_file: str, out_file: str, threads: int) -> None:
     """Run one engine (in this process): warm-up on 16 texts, then time all; write vectors and stats."""
     import torch
 
+    import model  # noqa: F401  (the package imports transformers: counted in every engine's baseline)
+
     torch.set_num_threads(threads)
     texts = json.loads(Path(texts_file).read_text(encoding="utf-8"))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     embed, count = _embedder(engine)
     embed(texts[:16])
     t0 = time.perf_counter()
@@ -72,7 +75,7 @@ def child(engine: str, texts_file: str, out_file: str, threads: int) -> None:
     sec = time.perf_counter() - t0
     np.save(out_file, vecs)
     stats = {"engine": engine, "seconds": sec, "chars_per_s": sum(map(len, texts)) / sec,
-             "tokens_per_s": count(texts) / sec, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+             "tokens_per_s": count(texts) / sec, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rss_before_model_mib": base}
     Path(out_file + ".json").write_text(json.dumps(stats))
 
 
@@ -107,7 +110,7 @@ def main(argv=None) -> int:
     for e in ENGINES:
         r = res[e]
         print(f"{e:11s} {r['chars_per_s']:8.0f} chars/s {r['tokens_per_s']:7.0f} tok/s  x{r['ratio_to_engine']:.2f}  "
-              f"peak RSS {r['peak_rss_mib']:6.0f} MiB  cos(engine) min {r['cos_to_engine_min']:.4f}  "
+              f"peak RSS {r['peak_rss_mib']:5.0f} MiB ({r['rss_before_model_mib']:.0f} before the model)  cos(engine) min {r['cos_to_engine_min']:.4f}  "
               f"cos(fp32) min {r['cos_to_fp32_min']:.4f}")
     if args.out:
         from storage.atomic import atomic_write_text
