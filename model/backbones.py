@@ -166,3 +166,74 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
     report["new"] = [k for k, v in target.items() if k not in loaded and v.data_ptr() not in loaded_ptrs
                      and not k.endswith(("position_ids", "token_type_ids"))]
     return report
+
+
+# PolicyBERT's specials -> the XLM-R pieces of a SentencePiece backbone such as multilingual-e5 (SPEC §8)
+PIECE_SPECIALS = {"[PAD]": "<pad>", "[UNK]": "<unk>", "[CLS]": "<s>", "[SEP]": "</s>", "[MASK]": "<mask>"}
+
+
+def piece_rows(char_vocab: list[str], tokenizer_file: str | os.PathLike) -> tuple[torch.Tensor, int]:
+    """For each entry of PolicyBERT's char vocab (in id order), the embedding row of a SentencePiece backbone
+    that the char maps to: specials by :data:`PIECE_SPECIALS`, a char by :class:`model.e5_tokenizer.CharPieces`
+    (its normalised form's own piece, else ``▁``+char, else ``<unk>``; one char per position, the
+    tokenisation measured for PolicyBERT in the README).
+
+    Returns:
+        (rows (len(char_vocab),) int64, number of chars that fell back to ``<unk>``).
+    Raises:
+        BackboneError: the tokenizer lacks a special piece.
+    """
+    from tokenizers import Tokenizer
+
+    from model.e5_tokenizer import CharPieces
+
+    pieces = CharPieces(Tokenizer.from_file(str(tokenizer_file)))
+    v = pieces.vocab
+    missing = [p for p in PIECE_SPECIALS.values() if p not in v]
+    if missing:
+        raise BackboneError(f"{tokenizer_file}: no special pieces {missing}")
+    rows, unk = [], 0
+    for tok in char_vocab:
+        if tok in PIECE_SPECIALS:
+            rows.append(v[PIECE_SPECIALS[tok]])
+            continue
+        ids = pieces(tok)
+        norm = pieces.normalizer.normalize_str(tok) if pieces.normalizer else tok
+        row = ids[0] if len(ids) == 1 else v.get(norm, v.get("▁" + norm, pieces.unk))
+        unk += row == pieces.unk
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.long), int(unk)
+
+
+@torch.no_grad()
+def init_char_from_pieces(model, backbone: str | os.PathLike, char_vocab: list[str]) -> dict:
+    """PolicyBERT's char encoder from a SentencePiece BERT checkpoint (e.g. :func:`model.e5.convert`'s): the
+    layers, position/type embeddings and LayerNorm copied, the char embedding rows gathered from the
+    backbone's piece rows (:func:`piece_rows`), so the model keeps its own small char vocab. The word
+    encoder and fusion stay new. With no word input the char encoder computes what the backbone's
+    ``BertModel`` computes on the same pieces (tested).
+
+    Returns:
+        Report as :func:`init_from_backbones` (``char``, ``new``, ``skipped``) plus ``unk_chars``.
+    Raises:
+        BackboneError: no weights/tokenizer in ``backbone``, or the model's char vocab size differs.
+    """
+    tok_file = Path(backbone) / "tokenizer.json"
+    if not tok_file.is_file():
+        raise BackboneError(f"{backbone}: no tokenizer.json (a SentencePiece backbone is needed)")
+    base = model.bert if hasattr(model, "bert") else model
+    prefix = "bert." if base is not model else ""
+    target = {k: v.data for k, v in model.state_dict(keep_vars=True).items()}
+    emb_name = prefix + "embeddings.word_embeddings.weight"
+    if target[emb_name].shape[0] != len(char_vocab):
+        raise BackboneError(f"model has {target[emb_name].shape[0]} char rows, vocab has {len(char_vocab)}")
+    report: dict = {"char": [], "word": [], "skipped": []}
+    rows, report["unk_chars"] = piece_rows(char_vocab, tok_file)
+    for k, v in load_state_dict(backbone).items():
+        if k == "embeddings.word_embeddings.weight":
+            _copy(target, emb_name, v[rows], report, "char")
+        elif k.startswith(("embeddings.", "encoder.layer.", "pooler.")) and "position_ids" not in k:
+            _copy(target, prefix + k, v, report, "char")
+    loaded = set(report["char"])
+    report["new"] = [k for k in target if k not in loaded and not k.endswith(("position_ids", "token_type_ids"))]
+    return report

@@ -177,3 +177,30 @@ def test_char_pieces_one_id_per_char(converted):
     tok = Tokenizer.from_file(str(converted / "tokenizer.json"))
     ids = CharPieces(tok)("国务院 ab　Ａ")  # the ideographic space and the full-width A are normalised first
     assert [tok.id_to_token(i) for i in ids] == ["国", "务", "院", "▁", "a", "b", "▁", "A"]
+
+
+@pytest.mark.parametrize("word_layers", [0, 2])
+def test_policybert_char_encoder_from_e5_reproduces_bert(converted, word_layers):
+    import torch
+    from transformers import BertModel
+
+    from model import PolicyBertModel
+    from model.backbones import config_from_backbones, init_char_from_pieces, piece_rows
+    from model.features import build_char_vocab, to_chars
+
+    text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益。ＡＢ"
+    vocab = build_char_vocab([text])
+    cfg = config_from_backbones(str(converted), vocab_size=len(vocab), num_word_layers=word_layers,
+                                num_hidden_layers=12, word_vocab_size=10)
+    model = PolicyBertModel(cfg, add_pooling_layer=False).eval()
+    report = init_char_from_pieces(model, converted, vocab)
+    assert "embeddings.word_embeddings.weight" in report["char"] and report["unk_chars"] == 0
+    assert all(k.startswith(("word_embeddings.", "encoder.word_layers.", "encoder.fusion.")) for k in report["new"])
+    ids = [vocab.index(t) for t in ("[CLS]", *to_chars(text), "[SEP]")]
+    rows, _ = piece_rows(vocab, converted / "tokenizer.json")
+    bert = BertModel.from_pretrained(str(converted), add_pooling_layer=False).eval()
+    with torch.no_grad():
+        mine = model(torch.tensor([ids])).last_hidden_state  # no words: fusion bypassed
+        theirs = bert(rows[torch.tensor([ids])]).last_hidden_state
+    assert rows[vocab.index("[CLS]")] == 0 and rows[vocab.index("[SEP]")] == 2
+    assert torch.allclose(mine, theirs, atol=1e-4)
