@@ -179,7 +179,7 @@ def test_char_pieces_one_id_per_char(converted):
     assert [tok.id_to_token(i) for i in ids] == ["国", "务", "院", "▁", "a", "b", "▁", "A"]
 
 
-@pytest.mark.parametrize("word_layers", [0, 2])
+@pytest.mark.parametrize("word_layers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_policybert_char_encoder_from_e5_reproduces_bert(converted, word_layers):
     import torch
     from transformers import BertModel
