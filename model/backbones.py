@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from pathlib import Path
 
 import torch
@@ -187,6 +188,19 @@ def char_pieces(piece_ids: dict[str, int]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 
 
+def normalised_chars(chars: dict[str, int]) -> dict[str, int]:
+    """Full-width forms and CJK punctuation that the SentencePiece normaliser (NFKC) rewrites to a char of
+    ``chars`` (``，`` -> ``,``, ``Ａ`` -> ``A``), each with that char's piece: Chinese text writes them, and
+    without them a char vocabulary would read every ``，`` as ``[UNK]``."""
+    out = {}
+    for cp in (*range(0x3000, 0x3040), *range(0xFF01, 0xFFEF)):
+        c = chr(cp)
+        n = unicodedata.normalize("NFKC", c)
+        if c not in chars and n in chars:
+            out[c] = chars[n]
+    return out
+
+
 @torch.no_grad()
 def char_checkpoint_from_pieces(bert_dir: str | os.PathLike, out_dir: str | os.PathLike,
                                 layers: int | None = None) -> dict:
@@ -221,6 +235,7 @@ def char_checkpoint_from_pieces(bert_dir: str | os.PathLike, out_dir: str | os.P
             raise BackboneError(f"{bert_dir}: tokenizer has none of {names} for {ours}")
         specials[ours] = found[0]
     chars = {c: i for c, i in char_pieces(vocab).items() if c not in specials}
+    chars.update(normalised_chars(chars))
     body = BertModel.from_pretrained(str(bert_dir), add_pooling_layer=False,
                                      **({"num_hidden_layers": layers} if layers else {}))
     rows = list(specials.values()) + list(chars.values())

@@ -115,3 +115,25 @@ def save_tokenizer(e5: E5File, folder: str | os.PathLike, max_len: int) -> None:
     build_tokenizer(e5).save(str(Path(folder, "tokenizer.json")))
     Path(folder, "tokenizer_config.json").write_text(json.dumps(tokenizer_config(e5, max_len), indent=1),
                                                      encoding="utf-8")
+
+
+class CharPieces:
+    """One id per character of the normalised text (no specials): the piece that is that character, else
+    ``▁`` + the character, else ``<unk>``; a space is the ``▁`` piece. The input PolicyBERT's char encoder
+    feeds a SentencePiece body (SPEC §6: fusion works on character positions). ``CharPieces(tok)(text)``.
+
+    Raises:
+        ValueError: the tokenizer has no ``<unk>`` piece.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.vocab, self.normalizer = tokenizer.get_vocab(), tokenizer.normalizer
+        if "<unk>" not in self.vocab:
+            raise ValueError("tokenizer has no <unk> piece")
+        self.unk = self.vocab["<unk>"]
+
+    def __call__(self, text: str) -> list[int]:
+        """Ids (len = chars of the normalised text)."""
+        norm = self.normalizer.normalize_str(text) if self.normalizer else text
+        v, unk = self.vocab, self.unk
+        return [v.get(ch, v.get("▁" + ch, unk)) if ch != " " else v.get("▁", unk) for ch in norm]

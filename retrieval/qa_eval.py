@@ -108,7 +108,8 @@ def _dense_rows(vecs: np.ndarray, qvecs: np.ndarray, depth: int) -> list[list[in
 
 
 def _docs(rows: list[list[int]], doc_ids: list[str], k: int = 10) -> list[list[str]]:
-    return [[doc_ids[r] for r in rr[:k]] for rr in rows]
+    """The first ``k`` distinct documents of ranked pool rows (a pool may hold several chunks of a document)."""
+    return [list(dict.fromkeys(doc_ids[r] for r in rr))[:k] for rr in rows]
 
 
 @dataclass

@@ -132,3 +132,79 @@ def test_long_text_windows_match_package_engine(converted, reference):
     assert len(reference.token_ids(text, False)) > 512  # two windows in both engines
     enc = Encoder.from_checkpoint(converted)
     assert float(enc.encode_corpus([text])[0] @ reference.embed([text], False)[0]) >= 0.999
+
+
+def test_windows_are_token_weighted_means(converted):
+    from dataclasses import replace
+
+    from retrieval.encoders import Encoder, pool
+
+    enc = Encoder.from_checkpoint(converted)
+    text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益，维护公共利益和社会秩序。"
+    enc.info = replace(enc.info, max_len=12)  # 10 content tokens per window
+    wins, owner = enc.windows(["passage: " + text])
+    assert len(wins) >= 3 and set(owner) == {0} and all(len(w) <= 12 for w in wins)
+    assert all(w[0] == enc.tokenizer.cls_token_id and w[-1] == enc.tokenizer.sep_token_id for w in wins)
+    import torch
+
+    with torch.no_grad():
+        raw = [pool(enc.model(input_ids=torch.tensor([w])).last_hidden_state, torch.ones(1, len(w)), "mean_all",
+                    normalize=False)[0].numpy() * (len(w) - 2) for w in wins]
+    want = np.sum(raw, 0) / np.linalg.norm(np.sum(raw, 0))
+    assert np.allclose(enc.encode_corpus([text])[0], want, atol=1e-5)
+    enc.info = replace(enc.info, windows=False)  # truncation: the first window only
+    assert len(enc.windows(["passage: " + text])[0]) == 1
+
+
+def test_mean_all_pooling_counts_specials():
+    import torch
+
+    from retrieval.encoders import pool
+
+    states = torch.tensor([[[1.0, 0.0], [3.0, 0.0], [5.0, 4.0], [9.0, 9.0]]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    assert torch.allclose(pool(states, mask, "mean_all", normalize=False), torch.tensor([[3.0, 4 / 3]]))
+    assert torch.allclose(pool(states, mask, "mean", normalize=False), torch.tensor([[3.0, 0.0]]))
+    with pytest.raises(ValueError, match="unknown pooling"):
+        pool(states, mask, "max")
+
+
+def test_char_pieces_one_id_per_char(converted):
+    from tokenizers import Tokenizer
+
+    from model.e5_tokenizer import CharPieces
+
+    tok = Tokenizer.from_file(str(converted / "tokenizer.json"))
+    ids = CharPieces(tok)("国务院 ab　Ａ")  # the ideographic space and the full-width A are normalised first
+    assert [tok.id_to_token(i) for i in ids] == ["国", "务", "院", "▁", "a", "b", "▁", "A"]
+
+
+@pytest.mark.parametrize("word_layers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, word_layers):
+    """The pipeline's path (SPEC §8): e5 -> its one-char-per-position checkpoint -> PolicyBERT's char encoder;
+    with no word input PolicyBERT computes what the e5 BertModel computes on each char's own piece."""
+    import torch
+    from transformers import BertModel
+
+    from model import PolicyBertModel
+    from model.backbones import char_checkpoint_from_pieces, config_from_backbones, init_from_backbones
+    from model.features import to_chars
+
+    chars = tmp_path / "chars"
+    char_checkpoint_from_pieces(converted, chars)
+    vocab = (chars / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    piece_of = [int(line.split("\t")[1]) for line in (chars / "char_pieces.tsv").read_text(encoding="utf-8").splitlines()]
+    text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益。"
+    cfg = config_from_backbones(str(chars), num_word_layers=word_layers, word_vocab_size=10)
+    model = PolicyBertModel(cfg, add_pooling_layer=False).eval()
+    report = init_from_backbones(model, str(chars))
+    assert "embeddings.word_embeddings.weight" in " ".join(report["char"])
+    assert all(k.startswith(("word_embeddings.", "encoder.word_layers.", "encoder.fusion")) for k in report["new"])
+    ids = [vocab.index(t) for t in ("[CLS]", *[c for c in to_chars(text) if c.strip()], "[SEP]")]
+    rows = torch.tensor(piece_of)[torch.tensor([ids])]
+    bert = BertModel.from_pretrained(str(converted), add_pooling_layer=False).eval()
+    with torch.no_grad():
+        mine = model(torch.tensor([ids])).last_hidden_state  # no words: fusion bypassed
+        theirs = bert(rows).last_hidden_state
+    assert rows[0, 0] == 0 and rows[0, -1] == 2
+    assert torch.allclose(mine, theirs, atol=1e-4)
