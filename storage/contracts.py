@@ -195,19 +195,26 @@ def stamp(path: str | os.PathLike, stage: str, key: str) -> None:
     atomic_write_text(p / PRODUCER_FILE, json.dumps(record))
 
 
-def stamped_key(path: str | os.PathLike) -> str | None:
-    """The cache key an output was stamped with, or None (missing output, never stamped, unreadable)."""
+def stamp_record(path: str | os.PathLike) -> dict | None:
+    """The ``{"stage", "cache_key"}`` record an output was stamped with, or None (missing output, never
+    stamped, unreadable)."""
     p = Path(path)
     try:
         manifest = p / MANIFEST_NAME
         if manifest.is_file():
             m = json.loads(manifest.read_text(encoding="utf-8"))
             if "shards" in m:
-                return (m.get("produced_by") or {}).get("cache_key")
+                return m.get("produced_by") or None
         producer = p / PRODUCER_FILE
-        return json.loads(producer.read_text(encoding="utf-8"))["cache_key"] if producer.is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):
+        return json.loads(producer.read_text(encoding="utf-8")) if producer.is_file() else None
+    except (OSError, ValueError, TypeError):
         return None
+
+
+def stamped_key(path: str | os.PathLike) -> str | None:
+    """The cache key an output was stamped with, or None (missing output, never stamped, unreadable)."""
+    record = stamp_record(path)
+    return record.get("cache_key") if isinstance(record, dict) else None
 
 
 def module_file(module: str) -> Path | None:

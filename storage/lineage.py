@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from storage.contracts import Stage, stamped_key
+from storage.contracts import Stage, stamp_record, stamped_key
 from storage.fingerprint import path_fingerprint
 from storage.hashing import json_sha256
 from storage.tables import MANIFEST_NAME
@@ -27,7 +27,8 @@ def lineage_records(data_dir: str | os.PathLike, stages: Iterable[Stage]) -> lis
             if name in seen or not path.exists():
                 continue
             seen.add(name)
-            rec = {"output": name, "stage": stage.name, "cache_key": (stamped_key(path) or "")[:12],
+            stamp = stamp_record(path) or {}  # the stage that wrote it (documents: import or crawl)
+            rec = {"output": name, "stage": stamp.get("stage") or stage.name, "cache_key": (stamped_key(path) or "")[:12],
                    "fingerprint": path_fingerprint(path)[:16]}
             out.append({**rec, **_describe(kind, path)})
     return out
