@@ -71,43 +71,11 @@ def test_layer_check_catches_an_upward_import(tmp_path):
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan, iterative)."""
-    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            node, it = work[-1]
-            nxt = next(it, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter[0]
-                    counter[0] += 1
-                    stack.append(nxt)
-                    on.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                elif nxt in on:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == node:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-    return out
+    """Import circles: strongly connected components with more than one module (networkx)."""
+    import networkx as nx
+
+    g = nx.DiGraph([(m, d) for m, deps in graph.items() for d in deps])
+    return sorted(sorted(c) for c in nx.strongly_connected_components(g) if len(c) > 1)
 
 
 def import_graph() -> dict[str, set[str]]:
