@@ -30,7 +30,7 @@ from corpus.shards import BucketSpill, iter_doc_groups, iter_rows, spill_dir
 from corpus.vocab import VocabConfig, count_words, covered_sentences, load_stopwords, vocab_stats, vocab_table
 from crawler.csv_import import read_corpus_csv
 from crawler.records_import import ColumnMapping, is_record_file, read_records
-from storage.contracts import Stage
+from storage.contracts import Stage, folder, table
 from storage.mapped import StalePlanError, iter_parts, plan_ranges, verify_parts, write_part_stream
 from storage.tables import TableWriter, iter_table
 from storage import (
@@ -460,25 +460,27 @@ def _write_dataset(name: str, spill: BucketSpill, dropped: dict, split_of: dict,
 
 
 # Stage contracts (see storage.contracts): what each text stage reads, writes, runs and is configured by.
-IMPORT = Stage("import-documents", "corpus.stages:import_documents", writes=("documents",),
-               code=("crawler.csv_import", "crawler.records_import", "storage"), files=("input_path", "sources_csv"))
-CLEAN = Stage("clean", "corpus.stages:clean_stage", reads=("documents",), writes=("documents_clean", "rejects"),
-              code=("corpus.documents", "corpus.dedup", "corpus.shards", "storage"), config=CleanConfig)
-SENTENCES = Stage("sentences", "corpus.stages:sentences_stage", reads=("documents_clean",), writes=("sentences",),
-                  code=("corpus.sentences", "corpus.shards", "storage"), config=SentenceConfig)
-SEGMENT_PLAN = Stage("segment-plan", "corpus.stages:segment_plan", reads=("sentences",), code=("storage.mapped",))
-SEGMENT_PART = Stage("segment-part", "corpus.stages:segment_part", reads=("sentences",),
-                     code=("corpus.segment", "corpus.shards", "storage.mapped", "storage.tables"),
+IMPORT = Stage("import-documents", "corpus.stages:import_documents", writes=(table("documents"),),
+               inputs=("input_path", "sources_csv", "columns"), files=("input_path", "sources_csv"),
+               args={"out_dir": "documents"})
+CLEAN = Stage("clean", "corpus.stages:clean_stage", reads=("documents",), writes=(table("documents_clean"), table("rejects")),
+              config=CleanConfig, settings={"cfg": "clean"})
+SENTENCES = Stage("sentences", "corpus.stages:sentences_stage", reads=("documents_clean",), writes=(table("sentences"),),
+                  config=SentenceConfig, settings={"cfg": "sentences"})
+SEGMENT_PLAN = Stage("segment-plan", "corpus.stages:segment_plan", reads=("sentences",),
+                     settings={"n_parts": "segment_parts"})
+SEGMENT_PART = Stage("segment-part", "corpus.stages:segment_part", reads=("sentences",), settings={"backend": "segmenter"},
                      files=("user_dict",), scratch=("cache/segments", "cache/parts/segment-part"))
-SEGMENT = Stage("segment", "corpus.stages:merge_segments", reads=("sentences",), writes=("segments",),
-                code=("corpus.segment", "storage.mapped", "storage.tables"), files=("user_dict",),
+SEGMENT = Stage("segment", "corpus.stages:merge_segments", reads=("sentences",), writes=(table("segments"),),
+                settings={"backend": "segmenter"}, files=("user_dict",),
                 scratch=("cache/segments", "cache/parts/segment-part"))
-VOCAB = Stage("vocab", "corpus.stages:vocab_stage", reads=("segments",), writes=("vocab",),
-              code=("corpus.vocab", "corpus.shards", "storage"), config=VocabConfig, files=("stopwords",))
+VOCAB = Stage("vocab", "corpus.stages:vocab_stage", reads=("segments",), writes=(table("vocab"),), config=VocabConfig,
+              settings={"cfg": "vocab"}, files=("stopwords",), args={"segments_dir": "segments", "out_dir": "vocab",
+                                                                     "stopwords_path": "stopwords"})
 DATASETS = Stage("datasets", "corpus.stages:datasets_stage", reads=("sentences", "documents_clean"),
-                 writes=("policysm1", "policysm2"), code=("corpus.pairs", "corpus.probe", "corpus.shards", "storage"),
-                 config=PairConfig)
+                 writes=(table("policysm1"), table("policysm2")), config=PairConfig, settings={"cfg": "pairs"},
+                 args={"sentences_dir": "sentences", "clean_dir": "documents_clean", "out_dirs": "*writes"})
 REPORT = Stage("dataset-report", "corpus.report:build_report",
                reads=("documents", "documents_clean", "rejects", "sentences", "vocab", "policysm1", "policysm2"),
-               writes=("report",), code=("corpus.report",))
+               writes=(folder("report"),), args={"tables": "*reads", "out_dir": "report"}, keep=("files", "probe"))
 STAGES = (IMPORT, CLEAN, SENTENCES, SEGMENT_PLAN, SEGMENT_PART, SEGMENT, VOCAB, DATASETS, REPORT)

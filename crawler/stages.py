@@ -24,7 +24,7 @@ from crawler.registry import DEFAULT_REGISTRY, load_registry
 from crawler.sandbox import extractor_version
 from storage import atomic_path, file_sha256, manifest_fingerprint, read_manifest, write_table
 from storage.mapped import read_parts
-from storage.contracts import Stage
+from storage.contracts import Stage, table
 from storage.tables import TableError
 
 
@@ -121,13 +121,10 @@ def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.Path
     return merge_crawl(records, documents_dir, failures_dir, diff_dir, registry, cfg, crawl_root)
 
 
-_CODE = ("crawler.crawl", "crawler.discovery", "crawler.extract", "crawler.fetch", "crawler.registry", "crawler.urlpolicy",
-         "crawler.netguard", "crawler.sandbox", "crawler.textsafe", "crawler.archive", "crawler.partition",
-         "crawler.diff", "crawler.hostclock", "storage")
 # Stage contracts (see storage.contracts). Not cached: a crawl looks at the web; its archive and per-source
 # crawl states (scratch) make a rerun fetch only new URLs.
-CRAWL_SOURCE = Stage("crawl-source", "crawler.stages:crawl_source_stage", reads=(), code=_CODE,
+CRAWL_SOURCE = Stage("crawl-source", "crawler.stages:crawl_source_stage", reads=(),
                      config=CrawlConfig, files=("registry",), scratch=("crawl",))
-CRAWL_MERGE = Stage("crawl", "crawler.stages:merge_crawl", writes=("documents", "crawl_failures", "crawl_diff"),
-                    code=_CODE, config=CrawlConfig, files=("registry",), scratch=("crawl",))
+CRAWL_MERGE = Stage("crawl", "crawler.stages:merge_crawl", writes=(table("documents"), table("crawl_failures"), table("crawl_diff")),
+                    config=CrawlConfig, files=("registry",), scratch=("crawl",))
 STAGES = (CRAWL_SOURCE, CRAWL_MERGE)

@@ -27,7 +27,7 @@ from prefect import flow, task
 from prefect.artifacts import create_table_artifact
 
 from flows.profiles import get_profile
-from flows.stages import corpus_stages
+from flows.stages import Run, corpus_stages
 from model.stages import PLAIN_BERT
 from storage import layout as L
 from storage import write_table
@@ -82,18 +82,18 @@ def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", m
     returns the aggregated table (the baselines last)."""
     cfg = get_profile(profile)
     data_dir = str(Path(data_dir).resolve())
-    r = corpus_stages(cfg, data_dir, input)
-    pd_ = T.pretrain_data(data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs,
-                          wait_for=[r["vocab"], r["segment"]])
+    run = Run(cfg, data_dir)
+    r = corpus_stages(run, input)
+    pd_ = run.stage("pretrain-data", now=True)
     rows = []
     for model in models:
         for k in range(seeds):
             seed = cfg.pretrain.seed + k
             base = f"{L.ABLATION_MODELS}/{model}/seed={seed}"
-            pre = T.pretrain(data_dir, replace(cfg.model, fusion=model), replace(cfg.pretrain, seed=seed),
-                             cfg.pretrain_epochs, f"{base}/pretrain", wait_for=[pd_])
-            fins = {d: T.finetune(data_dir, replace(cfg.finetune, seed=seed), cfg.finetune_max_eval,
-                                  f"{base}/pretrain", d, f"{base}/{d}", wait_for=[pre, r["datasets"]])
+            pre = T.pretrain(data_dir, model_kwargs=replace(cfg.model, fusion=model), cfg=replace(cfg.pretrain, seed=seed),
+                             epochs=cfg.pretrain_epochs, out=f"{base}/pretrain", wait_for=[pd_])
+            fins = {d: T.finetune(data_dir, cfg=replace(cfg.finetune, seed=seed), max_eval_examples=cfg.finetune_max_eval,
+                                  pretrained=f"{base}/pretrain", dataset=d, out=f"{base}/{d}", wait_for=[pre, r["datasets"]])
                     for d in datasets}
             rows.append(_row(model, seed, pre, fins))
     for b in ("majority", "overlap_lr"):  # deterministic: fitted on the same train split as every model

@@ -10,6 +10,7 @@ from __future__ import annotations
 from prefect import allow_failure, flow, unmapped
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from crawler.stages import CRAWL_MERGE
 from tasks import stages as T
 from tasks.assets import materializing as M
 
@@ -22,4 +23,4 @@ def crawl_sources(data_dir: str, registry: str | None = None, refresh: bool = Fa
     ``crawl_diff``); returns the merge stats (diff counts per source and in all, unreachable sources)."""
     ids = T.crawl_plan(registry)
     parts = T.crawl_source.map(unmapped(data_dir), ids, unmapped(registry), unmapped(refresh))
-    return M(T.crawl_merge, data_dir)(data_dir, registry, refresh, ids, records=allow_failure(parts))
+    return M(T.crawl_merge, CRAWL_MERGE, data_dir)(data_dir, registry, refresh, ids, records=allow_failure(parts))

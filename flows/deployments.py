@@ -16,7 +16,7 @@ from pathlib import Path
 from prefect import flow
 
 from flows.profiles import get_profile
-from flows.stages import corpus_stages, index_stages, model_stages
+from flows.stages import Run, corpus_stages, index_stages, model_stages
 from flows.summary import crawl_summary, format_crawl
 from ops.runlock import run_lock
 from storage.atomic import clean_leftovers
@@ -38,8 +38,9 @@ def corpus_refresh(data_dir: str, input: str = "crawl", profile: str = "cpu-smal
     data_dir = str(Path(data_dir).resolve())
     with run_lock(data_dir, on_wait=print):
         clean_leftovers(data_dir)
-        r = corpus_stages(cfg, data_dir, input, None, stopwords, registry, refresh, columns)
-        T.lineage(data_dir, wait_for=[r["report"]])
+        run = Run(cfg, data_dir, {"stopwords": stopwords, "columns": columns})
+        r = corpus_stages(run, input, registry, refresh)
+        T.lineage(data_dir, run.stages, wait_for=[r["report"]])
         out = {k: _result(r[k]) for k in ("clean", "vocab", "datasets")}
         crawl = crawl_summary(_result(r["import"]))
         if crawl is not None:
@@ -56,9 +57,10 @@ def model_rebuild(data_dir: str, profile: str = "cpu-small", char_backbone: str 
     data_dir = str(Path(data_dir).resolve())
     with run_lock(data_dir, on_wait=print):
         clean_leftovers(data_dir)
-        r = model_stages(cfg, data_dir, None, char_backbone, word_backbone)
-        r.update(index_stages(cfg, data_dir, [r["finetune"]]))
-        T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+        run = Run(cfg, data_dir, {"char_backbone": char_backbone, "word_backbone": word_backbone})
+        r = model_stages(run)
+        r.update(index_stages(run))
+        T.lineage(data_dir, run.stages, wait_for=[r["retrieval_eval"]])
         r = {k: _result(v) for k, v in r.items()}
     return {"pretrain": r["pretrain"]["heldout"], "finetune": {k: r["finetune"][k] for k in ("dev", "test")},
             "retrieval": r["retrieval_eval"]["table"]}
@@ -71,7 +73,8 @@ def index_refresh(data_dir: str, profile: str = "cpu-small") -> dict:
     data_dir = str(Path(data_dir).resolve())
     with run_lock(data_dir, on_wait=print):
         clean_leftovers(data_dir)
-        r = index_stages(cfg, data_dir)
-        T.lineage(data_dir, wait_for=[r["retrieval_eval"]])
+        run = Run(cfg, data_dir)
+        r = index_stages(run)
+        T.lineage(data_dir, run.stages, wait_for=[r["retrieval_eval"]])
         r = {k: _result(v) for k, v in r.items()}
     return {"index": r["index"], "retrieval": r["retrieval_eval"]["table"]}

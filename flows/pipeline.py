@@ -21,7 +21,7 @@ from prefect import flow
 
 from flows.profiles import get_profile, with_settings
 from flows.runners import task_runner
-from flows.stages import corpus_stages, index_stages, model_stages
+from flows.stages import Run, corpus_stages, index_stages, model_stages
 from flows.summary import build_summary, format_summary
 from storage import atomic_write_text
 from storage.atomic import clean_leftovers
@@ -46,12 +46,14 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     cfg = with_settings(get_profile(profile), settings)
     data_dir = str(Path(data_dir).resolve())
     clean_leftovers(data_dir)
-    r = corpus_stages(cfg, data_dir, input, sources_csv, stopwords, registry, refresh, columns)
+    run = Run(cfg, data_dir, {"sources_csv": sources_csv, "stopwords": stopwords, "columns": columns,
+                              "char_backbone": char_backbone, "word_backbone": word_backbone})
+    r = corpus_stages(run, input, registry, refresh)
     r = {k: v.result() if hasattr(v, "result") else v for k, v in r.items()}
-    r.update(model_stages(cfg, data_dir, [r["vocab"], r["segment"], r["datasets"]], char_backbone, word_backbone))
-    r.update(index_stages(cfg, data_dir, [r["finetune"]]))
+    r.update(model_stages(run))
+    r.update(index_stages(run))
     r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
-    r["lineage"] = T.lineage(data_dir, wait_for=[r["retrieval_eval"], r["report"]])
+    r["lineage"] = T.lineage(data_dir, run.stages, wait_for=[r["retrieval_eval"], r["report"]])
     summary = build_summary(cfg.name, r)
     atomic_write_text(Path(data_dir) / L.SUMMARY, json.dumps(summary, ensure_ascii=False, indent=1))
     print(format_summary(summary))

@@ -17,7 +17,9 @@ from corpus.vocab import VocabConfig
 from model.pretrain_data import PretrainDataConfig
 from model.training import TrainConfig
 from retrieval.chunks import ChunkConfig
+from retrieval.hybrid import FusionConfig
 from retrieval.index import IndexConfig
+from retrieval.sparse import SparseConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,10 @@ class ModelSize:
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Every stage's config for one run (JSON-able via ``dataclasses.asdict``)."""
+    """Every stage's config for one run (JSON-able via ``dataclasses.asdict``). Stage contracts name their
+    configs by field path (``Stage.settings``), so every field is reachable from ``--set``. ``segmenter``
+    tokenizes the segments, the index's BM25 side (``sparse.segmenter``, kept equal to it) and the
+    evaluation's BM25 baseline."""
 
     name: str = "cpu-small"
     clean: CleanConfig = CleanConfig()
@@ -59,6 +64,8 @@ class PipelineConfig:
     finetune_max_eval: int | None = 10_000
     chunks: ChunkConfig = ChunkConfig()
     index: IndexConfig = IndexConfig()
+    sparse: SparseConfig = SparseConfig()
+    fusion: FusionConfig = FusionConfig()
     embed_batch_size: int = 64
     embed_parts: int = 2
     sample_query: str = "什么是数据基础制度体系？"
@@ -144,6 +151,23 @@ def with_settings(cfg: PipelineConfig, settings: list[str] | None) -> PipelineCo
             raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         try:
             cfg = _set(cfg, key.split("."), text)
+            if key == "segmenter":  # one tokenizer for the index's BM25 and the evaluation's BM25
+                cfg = replace(cfg, sparse=replace(cfg.sparse, segmenter=cfg.segmenter))
         except ValueError as exc:
             raise ValueError(f"--set {item}: {exc}") from None
+    if cfg.sparse.segmenter != cfg.segmenter:
+        raise ValueError(f"--set sparse.segmenter={cfg.sparse.segmenter} differs from segmenter={cfg.segmenter}: "
+                         "the index's BM25 and the evaluation's BM25 take one tokenizer (set segmenter)")
     return cfg
+
+
+def setting(cfg: PipelineConfig, path: str):
+    """The value of a dotted field path of ``cfg`` (``"clean"``, ``"pairs.seed"``).
+
+    Raises:
+        AttributeError: no such field.
+    """
+    value = cfg
+    for name in path.split("."):
+        value = getattr(value, name)
+    return value

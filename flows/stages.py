@@ -4,24 +4,103 @@
 - :func:`model_stages`: pretraining data -> pretrain -> fine-tune on PolicySM-1
 - :func:`index_stages`: index plan -> embedding mapped over parts -> publish -> retrieval evaluation
 
+Nothing is wired by hand: a :class:`Run` submits each stage of its registry with the arguments its contract
+names (settings from the ``PipelineConfig``, the flow's inputs, placeholders) and makes it wait for the
+stages of this run that produce what it reads (:class:`Dag`). A read no stage of the run produces is an
+input of the flow (already on disk, e.g. the corpus when a deployment rebuilds only the model).
+
 Segmentation and embedding are mapped over partitions (``segment_parts``, ``embed_parts``) and run in
 parallel on the flow's task runner (threads by default, Dask workers with ``--dask``); the merge steps
-assemble the parts in order, so the outputs are the same whatever the runner.
-
-Every stage task is declared as materializing its outputs (``file://`` asset keys under the data dir),
-so each run emits asset events with their upstream assets.
+assemble the parts in order, so the outputs are the same whatever the runner. Every stage task is declared
+as materializing its outputs (``file://`` asset keys under the data dir), so each run emits asset events.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from prefect import unmapped
+from flows.profiles import PipelineConfig, setting
+from flows.registry import PIPELINE
+from storage.contracts import Registry, Stage
 
-from flows.crawl import crawl_sources
-from flows.profiles import PipelineConfig
-from storage import layout as L
-from tasks import stages as T
-from tasks.assets import materializing as M
+
+@dataclass
+class Dag:
+    """The stage calls of one run in submission order: which call produces each output, what each waited on.
+
+    ``calls``: ``(stage name, reads, handles waited on)`` per call; ``inputs``: reads no earlier call produced.
+    """
+
+    producers: dict[str, Any] = field(default_factory=dict)
+    calls: list[tuple[str, tuple[str, ...], list]] = field(default_factory=list)
+    inputs: set[str] = field(default_factory=set)
+
+    def waits(self, stage: Stage, params: dict) -> list:
+        """Handles of the calls that produce ``stage``'s reads (filled from ``params``); the rest are inputs."""
+        reads = tuple(stage.read_paths(".", params))
+        self.inputs.update(r for r in reads if r not in self.producers)
+        handles = list({id(h): h for h in (self.producers[r] for r in reads if r in self.producers)}.values())
+        self.calls.append((stage.name, reads, handles))
+        return handles
+
+    def produced(self, outputs, handle) -> None:
+        """Record ``handle`` as the producer of ``outputs`` (names)."""
+        self.producers.update({o: handle for o in outputs})
+
+
+def prefect_submit(stage: Stage, data_dir: str, kwargs: dict, wait_for: list, map_over: str | None = None,
+                   n: int = 0, now: bool = False):
+    """Submit ``stage``'s task (:func:`tasks.stages.task_for`) with ``kwargs``; mapped over ``range(n)`` in
+    parameter ``map_over``; called in the flow's thread with ``now``. Stages with outputs materialize them."""
+    from prefect import unmapped
+
+    from tasks.assets import materializing
+    from tasks.stages import task_for
+
+    task = task_for(stage)
+    if stage.writes:
+        task = materializing(task, stage, data_dir, **{k: kwargs[k] for k in stage.defaults if k in kwargs})
+    if map_over:
+        fixed = {k: unmapped(v) for k, v in kwargs.items()}
+        return task.map(data_dir=unmapped(data_dir), **{**fixed, map_over: range(n)}, wait_for=wait_for)
+    return (task if now else task.submit)(data_dir=data_dir, **kwargs, wait_for=wait_for)
+
+
+@dataclass
+class Run:
+    """One flow's stage calls: config, data dir, the flow's inputs (``input_path``, ``stopwords``, backbones...),
+    the registry, the DAG so far and how a call is submitted (:func:`prefect_submit`)."""
+
+    cfg: PipelineConfig
+    data_dir: str
+    inputs: dict = field(default_factory=dict)
+    stages: Registry = PIPELINE
+    dag: Dag = field(default_factory=Dag)
+    submit: Callable = prefect_submit
+
+    def kwargs(self, stage: Stage, params: dict) -> dict:
+        """The task's arguments: settings from the config, then the flow's inputs, then ``params``."""
+        out = {p: setting(self.cfg, f) for p, f in stage.settings.items()}
+        out.update({p: self.inputs.get(p) for p in (*stage.inputs, *stage.files) if p not in out})
+        return {**out, **params}
+
+    def stage(self, name: str, now: bool = False, **params):
+        """Submit stage ``name`` after the producers of its reads; returns its future (its result with ``now``)."""
+        stage = self.stages.named(name)
+        kw = self.kwargs(stage, params)
+        handle = self.submit(stage, self.data_dir, kw, self.dag.waits(stage, kw), now=now)
+        self.dag.produced(stage.write_paths(".", kw), handle)
+        return handle
+
+    def mapped(self, plan: str, part: str, merge: str, n_parts: int, plan_to_merge: bool = False, **params):
+        """Plan -> ``n_parts`` parts -> merge: each part gets the plan (so its cache key sees exactly what it will
+        do) and its index; the merge gets the parts' records in order (and the plan with ``plan_to_merge``)."""
+        plan_h = self.stage(plan, now=plan_to_merge, **params)
+        p = self.stages.named(part)
+        kw = self.kwargs(p, {**params, "plan": plan_h})
+        parts = self.submit(p, self.data_dir, kw, self.dag.waits(p, kw), map_over="part", n=n_parts)
+        return self.stage(merge, now=plan_to_merge, parts=parts, **({"plan": plan_h} if plan_to_merge else {}), **params)
 
 
 def _sibling(path: str, name: str) -> str | None:
@@ -29,63 +108,36 @@ def _sibling(path: str, name: str) -> str | None:
     return str(p) if p.is_file() else None
 
 
-def mapped_stage(plan, part_task, n_parts: int, merge_task, data_dir: str, part_args: tuple = (),
-                 merge_args: tuple = (), merge_kwargs: dict | None = None, submit: bool = False):
-    """Plan -> parts -> merge: ``part_task(data_dir, plan, i, *part_args)`` for each of ``n_parts`` parts on the
-    flow's task runner, then ``merge_task(data_dir, parts, *merge_args)`` with the parts' records in order
-    (submitted to the runner too with ``submit``: then a future is returned, else the merge's result).
-    The plan (a task future) is passed to every part, so each part's cache key sees exactly what it will do."""
-    parts = part_task.map(unmapped(data_dir), unmapped(plan), range(n_parts), *[unmapped(a) for a in part_args])
-    call = merge_task.submit if submit else merge_task
-    return call(data_dir, *merge_args, parts=parts, **(merge_kwargs or {}))
-
-
-def corpus_stages(cfg: PipelineConfig, data_dir: str, input: str, sources_csv: str | None = None,
-                  stopwords: str | None = None, registry: str | None = None, refresh: bool = False,
-                  columns: dict | None = None) -> dict:
+def corpus_stages(run: Run, input: str, registry: str | None = None, refresh: bool = False) -> dict:
     """Text stages; ``input`` is a CSV export, a JSON Lines / Parquet file read with the column mapping
-    ``columns``, or ``"crawl"``. Every stage is submitted to the flow's task runner (threads, or Dask worker
-    processes with ``--task-runner dask``), so the whole text side runs where the runner puts it. Returns the
+    ``run.inputs["columns"]``, or ``"crawl"``. Every stage is submitted to the flow's task runner. Returns the
     stage futures by name (the crawl's merge stats as a value)."""
     r: dict = {}
     if input == "crawl":
-        r["import"] = crawl_sources(data_dir, registry, refresh)
+        from flows.crawl import crawl_sources
+
+        r["import"] = crawl_sources(run.data_dir, registry, refresh)
+        run.dag.produced(run.stages.named("crawl").write_paths("."), r["import"])
     else:
-        sources_csv = sources_csv or _sibling(input, "policy_sources.csv")
-        stopwords = stopwords or _sibling(input, "stopwords.txt")
-        r["import"] = M(T.import_documents, data_dir).submit(data_dir, str(Path(input).resolve()), sources_csv, columns)
-    r["clean"] = M(T.clean, data_dir).submit(data_dir, cfg.clean, wait_for=[r["import"]])
-    r["sentences"] = M(T.sentences, data_dir).submit(data_dir, cfg.sentences, wait_for=[r["clean"]])
-    plan = T.segment_plan.submit(data_dir, cfg.segment_parts, wait_for=[r["sentences"]])
-    r["segment"] = mapped_stage(plan, T.segment_part, cfg.segment_parts, M(T.segment, data_dir), data_dir,
-                                (cfg.segmenter,), (cfg.segmenter,), submit=True)
-    r["vocab"] = M(T.vocab, data_dir).submit(data_dir, stopwords, cfg.vocab, wait_for=[r["segment"]])
-    r["datasets"] = M(T.datasets, data_dir).submit(data_dir, cfg.pairs, wait_for=[r["sentences"]])
-    r["report"] = M(T.dataset_report, data_dir).submit(data_dir, wait_for=[r["datasets"], r["vocab"]])
+        run.inputs["sources_csv"] = run.inputs.get("sources_csv") or _sibling(input, "policy_sources.csv")
+        run.inputs["input_path"] = str(Path(input).resolve())
+        r["import"] = run.stage("import-documents")
+    run.inputs["stopwords"] = run.inputs.get("stopwords") or (None if input == "crawl" else _sibling(input, "stopwords.txt"))
+    for key, name in (("clean", "clean"), ("sentences", "sentences")):
+        r[key] = run.stage(name)
+    r["segment"] = run.mapped("segment-plan", "segment-part", "segment", run.cfg.segment_parts)
+    for key, name in (("vocab", "vocab"), ("datasets", "datasets"), ("report", "dataset-report")):
+        r[key] = run.stage(name)
     return r
 
 
-def model_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = None,
-                 char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
+def model_stages(run: Run) -> dict:
     """Pretraining data, pretraining and fine-tuning on PolicySM-1 (reads the text stages' outputs)."""
-    r: dict = {}
-    upstream = upstream or []
-    r["pretrain_data"] = M(T.pretrain_data, data_dir)(
-        data_dir, cfg.pairs, cfg.pretrain_data, cfg.pretrain_epochs, char_backbone, wait_for=upstream)
-    r["pretrain"] = M(T.pretrain, data_dir, out=L.PRETRAINED_MODEL)(
-        data_dir, cfg.model, cfg.pretrain, cfg.pretrain_epochs, L.PRETRAINED_MODEL, char_backbone, word_backbone,
-        wait_for=[r["pretrain_data"]])
-    r["finetune"] = M(T.finetune, data_dir, out=L.FINETUNED_MODEL)(
-        data_dir, cfg.finetune, cfg.finetune_max_eval, wait_for=[r["pretrain"], *upstream])
-    return r
+    return {"pretrain_data": run.stage("pretrain-data", now=True), "pretrain": run.stage("pretrain", now=True),
+            "finetune": run.stage("finetune", now=True)}
 
 
-def index_stages(cfg: PipelineConfig, data_dir: str, upstream: list | None = None) -> dict:
+def index_stages(run: Run) -> dict:
     """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
-    r: dict = {}
-    plan = T.index_plan(data_dir, cfg.chunks, cfg.index, wait_for=upstream or [])
-    r["index"] = mapped_stage(plan, T.embed_part, cfg.embed_parts, M(T.index, data_dir), data_dir,
-                              (cfg.embed_parts, cfg.embed_batch_size),
-                              (cfg.chunks, cfg.index, cfg.embed_batch_size, cfg.embed_parts), {"plan": plan})
-    r["retrieval_eval"] = M(T.evaluate_retrieval, data_dir)(data_dir, cfg.segmenter, cfg.pairs.seed, wait_for=[r["index"]])
-    return r
+    idx = run.mapped("index-plan", "embed-part", "index", run.cfg.embed_parts, plan_to_merge=True)
+    return {"index": idx, "retrieval_eval": run.stage("evaluate-retrieval", now=True)}

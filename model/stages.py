@@ -27,7 +27,7 @@ from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, 
 from model.modeling import PolicyBertForPreTraining, PolicyBertModel
 from model.pretrain_data import READ_BATCH_ROWS, PretrainDataConfig, ShardedExamples, write_pretrain_epochs
 from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
-from storage.contracts import Stage
+from storage.contracts import Stage, checkpoint, folder
 from storage import atomic_path, manifest_fingerprint, read_manifest, read_table
 from storage.tables import iter_table
 
@@ -296,15 +296,18 @@ def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEnco
 # Stage contracts (see storage.contracts). ``{out}``, ``{pretrained}`` and ``{dataset}`` are task parameters
 # (the ablation trains several models side by side).
 PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
-                      reads=("sentences", "segments", "vocab", "documents_clean"), writes=("tokenizer", "pretrain"),
-                      code=("model.pretrain_data", "model.features", "corpus.pairs", "storage"),
-                      config=PretrainDataConfig, files=("char_backbone",))
-PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab"), writes=("{out}",),
-                 code=("model.training", "model.modeling", "model.backbones", "model.features", "model.pretrain_data",
-                       "storage"),
-                 config=TrainConfig, files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"})
-FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"), writes=("{out}",),
-                 code=("model.training", "model.modeling", "model.baselines", "model.features", "storage"),
-                 config=TrainConfig, defaults={"pretrained": "models/pretrain", "dataset": "policysm1",
-                                               "out": "models/finetune-policysm1"})
+                      reads=("sentences", "segments", "vocab", "documents_clean"),
+                      writes=(folder("tokenizer"), folder("pretrain")), config=PretrainDataConfig,
+                      settings={"pairs_cfg": "pairs", "cfg": "pretrain_data", "epochs": "pretrain_epochs"},
+                      files=("char_backbone",))
+PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab"),
+                 writes=(checkpoint("{out}"),), config=TrainConfig,
+                 settings={"model_kwargs": "model", "cfg": "pretrain", "epochs": "pretrain_epochs"},
+                 files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"},
+                 keep=("heldout", "train", "init_report"), gpu=True)
+FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"),
+                 writes=(checkpoint("{out}"),), config=TrainConfig,
+                 settings={"cfg": "finetune", "max_eval_examples": "finetune_max_eval"},
+                 defaults={"pretrained": "models/pretrain", "dataset": "policysm1", "out": "models/finetune-policysm1"},
+                 keep=("dev", "test", "majority_test", "baselines", "best_step", "train"), gpu=True)
 STAGES = (PRETRAIN_DATA, PRETRAIN, FINETUNE)

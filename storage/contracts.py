@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib
 import json
 import os
 import threading
@@ -40,6 +39,50 @@ def _parse(source: str) -> ast.Module:
         return ast.parse(source)
 
 
+OUTPUT_KINDS = ("table", "checkpoint", "folder", "versioned")
+
+
+class Output(str):
+    """A declared output: its data-dir relative path (the string itself) and its kind.
+
+    Kinds: ``table`` (a ``manifest.json`` with shards: :mod:`storage.tables`), ``checkpoint`` (a model
+    folder with ``metrics.json``), ``versioned`` (a folder of ``vN`` versions and a ``CURRENT`` pointer:
+    the index) and ``folder`` (anything else: tokenizer, report, a folder of tables).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+
+    kind: str
+
+    def __new__(cls, path: str, kind: str = "table") -> "Output":
+        if kind not in OUTPUT_KINDS:
+            raise ValueError(f"output {path!r}: unknown kind {kind!r} (known: {', '.join(OUTPUT_KINDS)})")
+        obj = super().__new__(cls, path)
+        obj.kind = kind
+        return obj
+
+
+def table(path: str) -> Output:
+    """A table output (``manifest.json`` with shards)."""
+    return Output(path, "table")
+
+
+def checkpoint(path: str) -> Output:
+    """A model checkpoint output (a folder with ``metrics.json``)."""
+    return Output(path, "checkpoint")
+
+
+def folder(path: str) -> Output:
+    """A folder output that is neither a table nor a checkpoint (tokenizer, report, folder of tables)."""
+    return Output(path, "folder")
+
+
+def versioned(path: str) -> Output:
+    """A versioned folder output (``vN`` versions and a ``CURRENT`` pointer: the index)."""
+    return Output(path, "versioned")
+
+
 @dataclass(frozen=True)
 class Stage:
     """One pipeline stage's contract.
@@ -49,11 +92,23 @@ class Stage:
         fn: the library function that does the work, ``"package.module:function"``.
         reads: outputs of other stages it reads: paths relative to the data dir (``"documents"``,
             ``"models/pretrain"``); ``{param}`` placeholders are filled from the task's parameters.
-        writes: the outputs it writes (same form). Each is a table folder (``manifest.json`` with
-            shards) or a folder (checkpoint, index, report).
-        code: modules whose source, with their in-repo imports, makes the stage's code version (beside
-            the source of ``fn`` and of the helpers of its module it refers to: :func:`local_sources`).
+        writes: the outputs it writes, typed (:class:`Output`: :func:`table`, :func:`checkpoint`,
+            :func:`folder`, :func:`versioned`); same path form as ``reads``.
+        code: extra modules for the code version. The version covers the source of ``fn``, of the helpers
+            of its module it refers to (:func:`local_sources`) and of every in-repo module those import
+            (module-level names they use and function-level imports; :func:`used_modules`), closed over
+            their imports: ``code`` is only for modules reached otherwise (data files, plugins).
         config: the dataclass type of its config, or None.
+        settings: the stage task's parameters taken from the run's ``PipelineConfig``, as
+            ``{parameter: field path}`` (``{"cfg": "clean"}``, ``{"cfg": "pretrain", "epochs": "pretrain_epochs"}``);
+            every field is reachable from ``--set``. Passed to ``fn``'s parameter of the same name.
+        inputs: the stage task's parameters given by the flow's caller (input files, backbones, column
+            mappings: ``files`` are among them), passed to ``fn`` by name.
+        args: how ``fn``'s other parameters are bound: ``{fn parameter: source}``, the source a declared
+            read, write or scratch name, a task parameter, ``"*reads"`` / ``"*writes"`` (``{name: path}`` of
+            all of them). Empty: ``fn`` takes the declared reads, then the writes, positionally.
+        keep: the keys of ``fn``'s result the task returns (all when empty).
+        gpu: the stage runs on a GPU (the task is retried once and tagged ``gpu``).
         files: names of task parameters that hold input files or folders outside the data dir
             (CSV export, stopwords, backbone checkpoints); their content enters the cache key.
         scratch: folders under the data dir it may also use that are not outputs (caches reused
@@ -71,6 +126,27 @@ class Stage:
     files: tuple[str, ...] = ()
     scratch: tuple[str, ...] = field(default=())
     defaults: Mapping[str, str] = field(default_factory=dict)
+    settings: Mapping[str, str] = field(default_factory=dict)
+    inputs: tuple[str, ...] = ()
+    args: Mapping[str, str] = field(default_factory=dict)
+    keep: tuple[str, ...] = ()
+    gpu: bool = False
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The stage task's parameters after ``data_dir``: settings, inputs, then placeholders."""
+        return tuple(dict.fromkeys([*self.settings, *self.inputs, *self.files, *self.defaults]))
+
+    def __post_init__(self) -> None:
+        untyped = [w for w in self.writes if not isinstance(w, Output)]
+        if untyped:
+            raise TypeError(f"stage {self.name}: outputs {untyped} have no kind (declare them with table(), "
+                            "checkpoint(), folder() or versioned())")
+
+    def output_kinds(self, params: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """``{output name: kind}`` of the declared outputs (placeholders filled as in :meth:`write_paths`)."""
+        names = _fill(self.writes, {**self.defaults, **(params or {})})
+        return {n: w.kind for n, w in zip(names, self.writes)}
 
     def read_paths(self, data_dir: str | os.PathLike, params: Mapping[str, Any] | None = None) -> dict[str, Path]:
         """Declared inputs as ``{name: data_dir / name}`` (placeholders filled from ``params``, else ``defaults``)."""
@@ -119,19 +195,26 @@ def stamp(path: str | os.PathLike, stage: str, key: str) -> None:
     atomic_write_text(p / PRODUCER_FILE, json.dumps(record))
 
 
-def stamped_key(path: str | os.PathLike) -> str | None:
-    """The cache key an output was stamped with, or None (missing output, never stamped, unreadable)."""
+def stamp_record(path: str | os.PathLike) -> dict | None:
+    """The ``{"stage", "cache_key"}`` record an output was stamped with, or None (missing output, never
+    stamped, unreadable)."""
     p = Path(path)
     try:
         manifest = p / MANIFEST_NAME
         if manifest.is_file():
             m = json.loads(manifest.read_text(encoding="utf-8"))
             if "shards" in m:
-                return (m.get("produced_by") or {}).get("cache_key")
+                return m.get("produced_by") or None
         producer = p / PRODUCER_FILE
-        return json.loads(producer.read_text(encoding="utf-8"))["cache_key"] if producer.is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):
+        return json.loads(producer.read_text(encoding="utf-8")) if producer.is_file() else None
+    except (OSError, ValueError, TypeError):
         return None
+
+
+def stamped_key(path: str | os.PathLike) -> str | None:
+    """The cache key an output was stamped with, or None (missing output, never stamped, unreadable)."""
+    record = stamp_record(path)
+    return record.get("cache_key") if isinstance(record, dict) else None
 
 
 def module_file(module: str) -> Path | None:
@@ -143,22 +226,35 @@ def module_file(module: str) -> Path | None:
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """Dotted names a source file imports (absolute, relative resolved; ``from a import b`` gives a and a.b)."""
-    tree = _parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+def _package(path: Path, module: str) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _resolve(node: ast.ImportFrom, package: str) -> str:
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+    return base
+
+
+def _node_imports(nodes, package: str) -> set[str]:
+    """Dotted names the import statements in ``nodes`` (walked) import (``from a import b`` gives a and a.b)."""
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
+    for top in nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(node, package)
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
     return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Dotted names a source file imports, module level and inside functions (relative imports resolved)."""
+    return _node_imports([_parse(path.read_text(encoding="utf-8"))], _package(path, module))
 
 
 def module_closure(modules: tuple[str, ...] | list[str]) -> list[Path]:
@@ -182,25 +278,36 @@ def module_closure(modules: tuple[str, ...] | list[str]) -> list[Path]:
     return sorted(set(seen.values()))
 
 
-def local_sources(module: str, name: str) -> list[str]:
-    """Source of ``module``'s top-level definition ``name`` and of every top-level definition of the same
-    module it refers to, transitively (helpers, constants), in source order.
-
-    Raises:
-        KeyError: ``name`` is not defined at the top level of ``module``.
-    """
-    path = module_file(module)
-    if path is None:
-        raise KeyError(f"module {module} is not in this repo")
-    source = path.read_text(encoding="utf-8")
+def _top_level(tree: ast.Module) -> tuple[dict[str, ast.stmt], dict[str, str]]:
+    """A module's top-level definitions by name, and the names its top-level imports bind -> module."""
     defs: dict[str, ast.stmt] = {}
-    for node in _parse(source).body:
+    bound: dict[str, str] = {}
+    for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defs[node.name] = node
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(t, ast.Name):
                     defs[t.id] = node
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname or a.name.split(".")[0]: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom):
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names if node.level == 0})
+    return defs, bound
+
+
+def _local_defs(module: str, name: str) -> tuple[str, list[ast.stmt], dict[str, str], Path]:
+    """Source of ``module``, the top-level definitions ``name`` refers to transitively (in source order),
+    the module's import bindings, and its file.
+
+    Raises:
+        KeyError: ``name`` is not defined at the top level of ``module`` (or the module is not in this repo).
+    """
+    path = module_file(module)
+    if path is None:
+        raise KeyError(f"module {module} is not in this repo")
+    source = path.read_text(encoding="utf-8")
+    defs, bound = _top_level(_parse(source))
     if name not in defs:
         raise KeyError(f"{module} defines no {name}")
     seen, todo = {name}, [name]
@@ -211,7 +318,38 @@ def local_sources(module: str, name: str) -> list[str]:
                 seen.add(ref)
                 todo.append(ref)
     nodes = sorted({id(defs[n]): defs[n] for n in seen}.values(), key=lambda n: n.lineno)
+    return source, nodes, bound, path
+
+
+def local_sources(module: str, name: str) -> list[str]:
+    """Source of ``module``'s top-level definition ``name`` and of every top-level definition of the same
+    module it refers to, transitively (helpers, constants), in source order.
+
+    Raises:
+        KeyError: ``name`` is not defined at the top level of ``module``.
+    """
+    source, nodes, _, _ = _local_defs(module, name)
     return [ast.get_source_segment(source, n) or "" for n in nodes]
+
+
+def used_modules(module: str, name: str) -> set[str]:
+    """In-repo modules that ``module:name`` (with its local helpers, :func:`local_sources`) uses: those bound
+    by the module's top-level imports whose names the code refers to, and those its function-level (lazy)
+    imports name. Third-party names are kept too; :func:`module_closure` skips what is not in this repo.
+
+    Raises:
+        KeyError: as :func:`local_sources`.
+    """
+    _, nodes, bound, path = _local_defs(module, name)
+    used = {bound[n.id] for top in nodes for n in ast.walk(top) if isinstance(n, ast.Name) and n.id in bound}
+    return used | _node_imports(nodes, _package(path, module))
+
+
+def code_modules(fn: str, extra: tuple[str, ...] = ()) -> list[Path]:
+    """Source files whose content makes the code version of stage function ``fn`` (``"module:function"``):
+    the closure (:func:`module_closure`) of what it uses (:func:`used_modules`) and of ``extra``."""
+    mod_name, _, fn_name = fn.partition(":")
+    return module_closure(sorted(used_modules(mod_name, fn_name) | set(extra)))
 
 
 def _code_version(fn: str, modules: tuple[str, ...]) -> str:
@@ -219,23 +357,46 @@ def _code_version(fn: str, modules: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for src in local_sources(mod_name, fn_name):
         h.update(src.encode())
-    for f in module_closure(modules):
+    for f in code_modules(fn, modules):
         h.update(str(f.relative_to(REPO_ROOT)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def all_stages() -> list[Stage]:
-    """Every declared stage of the pipeline, in pipeline order (from the libraries' ``stages.py``)."""
-    out: list[Stage] = []
-    for mod in ("crawler.stages", "corpus.stages", "model.stages", "retrieval.contracts"):
-        out.extend(importlib.import_module(mod).STAGES)
-    return out
+@dataclass(frozen=True)
+class Registry:
+    """The stages of one pipeline, in pipeline order. Built at the top (``flows/``) from the libraries'
+    ``STAGES`` and passed down, so that ``storage`` imports no layer above it.
 
+    Raises:
+        ValueError: two stages share a name.
+    """
 
-def producer_of(output: str) -> Stage | None:
-    """The declared stage that writes ``output`` (a data-dir relative name; placeholders at their defaults), or None."""
-    for s in all_stages():
-        if output in s.write_paths(".", {}):
-            return s
-    return None
+    stages: tuple[Stage, ...]
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"stages declared twice: {dupes}")
+
+    def __iter__(self):
+        return iter(self.stages)
+
+    def named(self, name: str) -> Stage:
+        """The stage called ``name``.
+
+        Raises:
+            KeyError: no stage has that name.
+        """
+        for s in self.stages:
+            if s.name == name:
+                return s
+        raise KeyError(f"no stage contract named {name!r}")
+
+    def producer_of(self, output: str, params: Mapping[str, Any] | None = None) -> Stage | None:
+        """The stage that writes ``output`` (placeholders filled from ``params``, else defaults), or None."""
+        for s in self.stages:
+            if output in s.write_paths(".", params):
+                return s
+        return None

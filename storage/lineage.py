@@ -6,42 +6,43 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Iterable
 
-from storage import layout as L
+from storage.contracts import Stage, stamp_record, stamped_key
 from storage.fingerprint import path_fingerprint
 from storage.hashing import json_sha256
 from storage.tables import MANIFEST_NAME
 
 
-def lineage_records(data_dir: str | os.PathLike) -> list[dict]:
-    """One record per existing declared output (:func:`storage.contracts.all_stages`, in pipeline order):
-    output, kind (table, folder, index), producing stage, the cache key it was stamped with, fingerprint,
-    rows, inputs {name: fingerprint}, config_sha256 and code version (tables; the serving version for the
-    index)."""
-    from storage.contracts import all_stages, stamped_key
-
+def lineage_records(data_dir: str | os.PathLike, stages: Iterable[Stage]) -> list[dict]:
+    """One record per existing declared output of ``stages`` (in their order): output, kind (its declared
+    kind: table, checkpoint, folder, or ``index (vN)`` for a versioned folder), producing stage, the cache key
+    it was stamped with, fingerprint, rows, inputs {name: fingerprint}, config_sha256 and code version (tables;
+    the serving version for a versioned folder)."""
     data = Path(data_dir)
     out, seen = [], set()
-    for stage in all_stages():
-        for name, path in stage.write_paths(data).items():
+    for stage in stages:
+        for name, kind in stage.output_kinds().items():
+            path = data / name
             if name in seen or not path.exists():
                 continue
             seen.add(name)
-            rec = {"output": name, "stage": stage.name, "cache_key": (stamped_key(path) or "")[:12],
+            stamp = stamp_record(path) or {}  # the stage that wrote it (documents: import or crawl)
+            rec = {"output": name, "stage": stamp.get("stage") or stage.name, "cache_key": (stamped_key(path) or "")[:12],
                    "fingerprint": path_fingerprint(path)[:16]}
-            out.append({**rec, **_describe(data, name, path)})
+            out.append({**rec, **_describe(kind, path)})
     return out
 
 
-def _describe(data: Path, name: str, path: Path) -> dict:
-    if (path / MANIFEST_NAME).is_file():
+def _describe(kind: str, path: Path) -> dict:
+    if kind == "table" and (path / MANIFEST_NAME).is_file():
         man = json.loads((path / MANIFEST_NAME).read_text(encoding="utf-8"))
         if "shards" in man:
             return {"kind": "table", "rows": man["rows"],
                     "inputs": {k: str(v)[:16] for k, v in man.get("inputs", {}).items()},
                     "config_sha256": json_sha256(man.get("config"))[:12], "code_version": man.get("code_version")}
     current = path / "CURRENT"
-    if name == L.INDEX and current.is_file():
+    if kind == "versioned" and current.is_file():
         v = current.read_text().strip()
         man = json.loads((path / v / "manifest.json").read_text(encoding="utf-8"))
         return {"kind": f"index ({v})", "rows": man.get("size"),
@@ -52,7 +53,7 @@ def _describe(data: Path, name: str, path: Path) -> dict:
     inputs = json.loads(metrics.read_text()).get("inputs", {}) if metrics.is_file() else {}
     flat = {k: (",".join(str(x)[:12] for x in v) if isinstance(v, list) else str(v)[:16])
             for k, v in (inputs or {}).items() if not isinstance(v, dict)}
-    return {"kind": "checkpoint" if metrics.is_file() else "folder", "rows": None, "inputs": flat,
+    return {"kind": kind, "rows": None, "inputs": flat,
             "config_sha256": None, "code_version": None}
 
 

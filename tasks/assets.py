@@ -16,38 +16,19 @@ from prefect import Task
 from prefect.tasks import MaterializingTask
 
 from storage import MANIFEST_NAME, path_fingerprint
+from storage.contracts import Stage
 
 
-def asset_key(data_dir: str, rel: str) -> str:
+def asset_key(data_dir: str, rel: str, kind: str = "table") -> str:
     """``file://`` URI of a declared output: the path under the data dir as named (not resolved: tables are
-    links to versioned folders), plus ``/manifest.json`` when the output is a table."""
+    links to versioned folders), plus ``/manifest.json`` when the output's declared kind is ``table``."""
     p = Path(data_dir).absolute() / rel
     # Prefect asset keys allow no '%': the path goes in unencoded (data dirs with spaces are not supported)
-    return f"file://{p.as_posix()}" + (f"/{MANIFEST_NAME}" if _is_table_output(rel) else "")
+    return f"file://{p.as_posix()}" + (f"/{MANIFEST_NAME}" if kind == "table" else "")
 
 
-def _is_table_output(rel: str) -> bool:
-    """Tables are the outputs that are not model checkpoints, the tokenizer, the index, the report or
-    the pretraining folder (a folder of epoch tables)."""
-    return not rel.startswith(("models/", "index", "tokenizer", "report")) and rel != "pretrain"
-
-
-def stage_named(name: str):
-    """The declared stage (:func:`storage.contracts.all_stages`) called ``name``.
-
-    Raises:
-        KeyError: no stage has that name.
-    """
-    from storage.contracts import all_stages
-
-    for stage in all_stages():
-        if stage.name == name:
-            return stage
-    raise KeyError(f"no stage contract named {name!r}")
-
-
-def materializing(task: Task, data_dir: str, **params) -> Task:
-    """``task`` with the same options, materializing the assets of its stage's declared outputs under
+def materializing(task: Task, stage: Stage, data_dir: str, **params) -> Task:
+    """``task`` with the same options, materializing the assets of ``stage``'s declared outputs under
     ``data_dir`` (placeholders filled from ``params``); each asset gets its metadata
     (:func:`describe_outputs`) once the stage has written it.
 
@@ -56,9 +37,8 @@ def materializing(task: Task, data_dir: str, **params) -> Task:
     """
     from prefect.assets import Asset
 
-    rels = list(stage_named(task.name).write_paths(data_dir, params))
     try:
-        assets = [Asset(key=asset_key(data_dir, r)) for r in rels]
+        assets = [Asset(key=asset_key(data_dir, r, kind)) for r, kind in stage.output_kinds(params).items()]
     except ValueError:
         return task
     return MaterializingTask(fn=_describing(task.fn), assets=assets, name=task.name,

@@ -1,32 +1,34 @@
-"""One Prefect task per pipeline stage: thin wrappers over the library stage functions.
+"""Prefect tasks of the pipeline stages: one generic task per stage contract, plus the mapped stages' parts.
 
-Each task's name, cache key, inputs and output paths come from its stage contract (``STAGES`` in
-``corpus/``, ``model/``, ``retrieval/``, ``crawler/`` and :mod:`storage.contracts`) through
-:func:`tasks.caching.stage_task`; the bodies only pass the declared paths to the library function.
-Each returns a small JSON summary (persisted by Prefect as the task result). Retries only on the
-GPU-bound tasks (training, embedding) and the crawl.
+:func:`task_of` makes the task of any :class:`storage.contracts.Stage`: named after it, cached by its
+contract (:func:`tasks.caching.stage_task`), its parameters those the contract declares (``data_dir``,
+settings, inputs, placeholders), its body :func:`run_stage`: bind the declared paths and parameters to the
+library function (:func:`bind`), call it, publish the stage's artifacts (:mod:`tasks.artifacts`). The mapped
+stages (plan -> parts -> merge: segmentation, embedding) and the crawl keep their own small tasks below:
+their part files are named by the running task's cache key. Retries only on GPU-bound tasks and the crawl.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 from prefect import task
 
 from corpus import stages as text
-from corpus.clean import CleanConfig
-from corpus.pairs import PairConfig
-from corpus.sentences import SentenceConfig
-from corpus.vocab import VocabConfig
 from crawler import stages as crawler_stages
 from model import stages as mstages
-from model.pretrain_data import PretrainDataConfig
-from model.training import TrainConfig
 from retrieval import contracts as R
 from retrieval import stages as rstages
 from retrieval.chunks import ChunkConfig
+from retrieval.hybrid import FusionConfig
 from retrieval.index import IndexConfig
+from retrieval.sparse import SparseConfig
 from storage import layout as L
+from storage.contracts import Registry, Stage
 from storage.mapped import part_file, part_record, prune_parts
+from tasks.artifacts import publish
 from tasks.caching import current_key, jsonable, parts_dir, stage_task
 from tasks.progress import crawl_rate_limit, progress_artifact
 
@@ -39,12 +41,82 @@ def _paths(stage, data_dir: str, **params) -> dict:
             **stage.write_paths(data_dir, params)}
 
 
-@stage_task(text.IMPORT)
-def import_documents(data_dir: str, input_path: str, sources_csv: str | None = None,
-                     columns: dict | None = None) -> dict:
-    """CSV export, or JSON Lines / Parquet with a column mapping -> ``documents``."""
-    p = _paths(text.IMPORT, data_dir)
-    return text.import_documents(input_path, p["documents"], sources_csv, columns=columns)
+def stage_function(stage: Stage) -> Callable:
+    """The library function named by ``stage.fn`` (``"module:function"``)."""
+    module, _, name = stage.fn.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any]) -> dict:
+    """Keyword arguments of ``fn`` for one run: the declared paths (``stage.args``, else reads then writes
+    positionally), the task parameters ``fn`` names (dataclasses as dicts where ``fn`` takes a dict) and a
+    progress artifact for an ``on_step`` / ``on_progress`` callback.
+
+    Raises:
+        KeyError: an ``args`` source that is neither a declared path nor a task parameter.
+    """
+    sig = inspect.signature(fn)
+    paths = _paths(stage, data_dir, **params)
+    special = {"*reads": stage.read_paths(data_dir, params), "*writes": stage.write_paths(data_dir, params)}
+    sources = {**paths, **special, **params}
+    if stage.args:
+        kwargs = {p: sources[src] for p, src in stage.args.items()}
+    else:
+        kwargs = dict(zip(sig.parameters, [*stage.read_paths(data_dir, params).values(),
+                                           *stage.write_paths(data_dir, params).values()]))
+    for name, p in sig.parameters.items():
+        if name in kwargs or name not in params:
+            continue
+        kwargs[name] = jsonable(params[name]) if p.annotation in (dict, "dict") else params[name]
+    for hook in {"on_step", "on_progress"} & set(sig.parameters):
+        outs = ", ".join(stage.write_paths(data_dir, params))
+        kwargs[hook] = progress_artifact(f"{stage.name}-progress", f"{stage.name} steps ({outs})")
+    return kwargs
+
+
+def task_of(stage: Stage):
+    """The Prefect task of ``stage``: ``task(data_dir, *stage.parameters)`` (see the module docstring)."""
+    fn = stage_function(stage)
+    names = ["data_dir", *stage.parameters]
+    fn_params = inspect.signature(fn).parameters
+    sig = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                               default=_default(stage, n, fn_params)) for n in names])
+
+    def run(*args, **kwargs):
+        params = sig.bind(*args, **kwargs)
+        params.apply_defaults()
+        data_dir, params = params.arguments["data_dir"], {k: v for k, v in params.arguments.items() if k != "data_dir"}
+        out = fn(**bind(stage, fn, data_dir, params))
+        publish(stage.name, out, stage.write_paths(data_dir, params))
+        return {k: out[k] for k in stage.keep} if stage.keep else out
+
+    run.__signature__ = sig
+    run.__name__ = run.__qualname__ = stage.name.replace("-", "_")
+    return stage_task(stage, **(GPU if stage.gpu else {}))(run)
+
+
+def _default(stage: Stage, name: str, fn_params: Mapping[str, inspect.Parameter]):
+    """A task parameter's default: its placeholder default, else the library function's default, else None."""
+    if name == "data_dir":
+        return inspect.Parameter.empty
+    if name in stage.defaults:
+        return stage.defaults[name]
+    target = next((p for p, src in stage.args.items() if src == name), name)
+    p = fn_params.get(target)
+    return p.default if p is not None and p.default is not inspect.Parameter.empty else None
+
+
+import_documents = task_of(text.IMPORT)
+clean = task_of(text.CLEAN)
+sentences = task_of(text.SENTENCES)
+segment_plan = task_of(text.SEGMENT_PLAN)
+vocab = task_of(text.VOCAB)
+datasets = task_of(text.DATASETS)
+dataset_report = task_of(text.REPORT)
+pretrain_data = task_of(mstages.PRETRAIN_DATA)
+pretrain = task_of(mstages.PRETRAIN)
+finetune = task_of(mstages.FINETUNE)
+evaluate_retrieval = task_of(R.EVALUATE)
 
 
 @task(name="crawl-plan")
@@ -91,26 +163,6 @@ def crawl_merge(data_dir: str, registry: str | None, refresh: bool, source_ids: 
     return stats
 
 
-@stage_task(text.CLEAN)
-def clean(data_dir: str, cfg: CleanConfig) -> dict:
-    """``documents`` -> ``documents_clean`` + ``rejects``."""
-    p = _paths(text.CLEAN, data_dir)
-    return text.clean_stage(p["documents"], p["documents_clean"], p["rejects"], cfg)
-
-
-@stage_task(text.SENTENCES)
-def sentences(data_dir: str, cfg: SentenceConfig) -> dict:
-    """``documents_clean`` -> ``sentences``."""
-    p = _paths(text.SENTENCES, data_dir)
-    return text.sentences_stage(p["documents_clean"], p["sentences"], cfg)
-
-
-@stage_task(text.SEGMENT_PLAN)
-def segment_plan(data_dir: str, n_parts: int) -> dict:
-    """The segmentation plan (sentences fingerprint, row ranges of ``n_parts`` parts), passed to the parts."""
-    return text.segment_plan(_paths(text.SEGMENT_PLAN, data_dir)["sentences"], n_parts)
-
-
 @stage_task(text.SEGMENT_PART, part=".parquet")
 def segment_part(data_dir: str, plan: dict, part: int, backend: str = "auto", user_dict: str | None = None) -> dict:
     """Segment part ``part`` of ``plan`` into a part file named by this task's cache key (mapped); the
@@ -132,51 +184,6 @@ def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, 
     return out
 
 
-@stage_task(text.VOCAB)
-def vocab(data_dir: str, stopwords: str | None, cfg: VocabConfig) -> dict:
-    """``segments`` -> ``vocab`` (+ vocab.txt)."""
-    p = _paths(text.VOCAB, data_dir)
-    return text.vocab_stage(p["segments"], p["vocab"], stopwords, cfg)
-
-
-@stage_task(text.DATASETS)
-def datasets(data_dir: str, cfg: PairConfig) -> dict:
-    """``sentences`` -> ``policysm1/`` + ``policysm2/`` (split by document) with the shortcut probe."""
-    p = _paths(text.DATASETS, data_dir)
-    return text.datasets_stage(p["sentences"], p["documents_clean"], {n: p[n] for n in text.DATASETS.writes}, cfg)
-
-
-@stage_task(mstages.PRETRAIN_DATA)
-def pretrain_data(data_dir: str, pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
-                  char_backbone: str | None = None) -> dict:
-    """Char tokenizer (the backbone's vocab when given) + ``pretrain/epoch=N/`` (whole-word masking, NSP)."""
-    p = _paths(mstages.PRETRAIN_DATA, data_dir)
-    return mstages.pretrain_inputs_stage(p["sentences"], p["segments"], p["vocab"], p["documents_clean"],
-                                         p["tokenizer"], p["pretrain"], pairs_cfg, cfg, epochs, char_backbone)
-
-
-@stage_task(mstages.PRETRAIN, **GPU)
-def pretrain(data_dir: str, model_kwargs: dict, cfg: TrainConfig, epochs: int, out: str = L.PRETRAINED_MODEL,
-             char_backbone: str | None = None, word_backbone: str | None = None) -> dict:
-    """PolicyBERT pretraining (MLM + NSP) -> ``out`` with held-out metrics; resumable after a kill."""
-    p = _paths(mstages.PRETRAIN, data_dir, out=out)
-    metrics = mstages.pretrain_stage(p["pretrain"], p["tokenizer"], p["vocab"], p[out], jsonable(model_kwargs), cfg,
-                                     epochs, char_backbone=char_backbone, word_backbone=word_backbone,
-                                     on_step=progress_artifact("pretrain-progress", f"pretraining steps ({out})"))
-    return {"heldout": metrics["heldout"], "train": metrics["train"], "init_report": metrics["init_report"]}
-
-
-@stage_task(mstages.FINETUNE, **GPU)
-def finetune(data_dir: str, cfg: TrainConfig, max_eval_examples: int | None = None,
-             pretrained: str = L.PRETRAINED_MODEL, dataset: str = L.POLICYSM1, out: str = L.FINETUNED_MODEL) -> dict:
-    """Fine-tune ``pretrained`` on a PolicySM dataset -> ``out``: dev/test accuracy and F1 of the best-by-dev
-    checkpoint, beside the non-neural baselines."""
-    p = _paths(mstages.FINETUNE, data_dir, pretrained=pretrained, dataset=dataset, out=out)
-    m = mstages.finetune_stage(p[pretrained], p[dataset], p[out], cfg, max_eval_examples=max_eval_examples,
-                               on_step=progress_artifact("finetune-progress", f"fine-tuning steps ({out})"))
-    return {k: m[k] for k in ("dev", "test", "majority_test", "baselines", "best_step", "train")}
-
-
 @stage_task(R.INDEX_PLAN, part="")
 def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
     """Chunk the cleaned corpus and plan the refresh (which chunks to embed, which reuse stored vectors) in a
@@ -195,37 +202,25 @@ def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: i
     out = part_file(parts_dir(data_dir, R.EMBED_PART), current_key(), ".npz")
     rows = rstages.index_embed_part_stage(
         p[R.ENCODER], p["index"], part, n_parts, batch_size, staging=Path(data_dir) / plan["staging"], out_file=out,
-        on_progress=progress_artifact(f"embedding-progress-{part}", f"chunk windows embedded, part {part}"))
+        on_progress=progress_artifact(f"{R.EMBED_PART.name}-progress-{part}", f"chunk windows embedded, part {part}"))
     return {**part_record(out), "path": str(out.relative_to(data_dir)), "rows": rows, "part": part}
 
 
 @stage_task(R.INDEX, **GPU)
 def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1,
-          plan: dict | None = None, parts: list[dict] | None = None) -> dict:
-    """Publish the planned refresh with the embedded ``parts`` as ``index/vN`` and switch ``index/CURRENT``
-    (only new/changed chunks embedded); plans and parts of earlier refreshes are pruned."""
+          sparse: SparseConfig = SparseConfig(), fusion: FusionConfig = FusionConfig(), plan: dict | None = None,
+          parts: list[dict] | None = None) -> dict:
+    """Publish the planned refresh with the embedded ``parts`` as ``index/vN`` (dense, BM25 side with ``sparse``,
+    hybrid weights fitted with ``fusion``) and switch ``index/CURRENT`` (only new/changed chunks embedded);
+    plans and parts of earlier refreshes are pruned."""
     p = _paths(R.INDEX, data_dir)
     staging = Path(data_dir) / plan["staging"]
     parts = [{**r, "path": str(Path(data_dir) / r["path"])} for r in parts or []]
     out = rstages.index_publish_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, n_parts,
-                                      batch_size, staging=staging, parts=parts)
+                                      batch_size, staging=staging, parts=parts, sparse=sparse, fusion=fusion)
     prune_parts(parts_dir(data_dir, R.INDEX_PLAN), [{"path": str(staging)}])
     prune_parts(parts_dir(data_dir, R.EMBED_PART), parts)
     return out
-
-
-@stage_task(R.EVALUATE)
-def evaluate_retrieval(data_dir: str, segmenter: str = "auto", seed: int = 13) -> dict:
-    """recall@1/5/10 and MRR: PolicyBERT index vs untrained encoder vs BM25; table artifact."""
-    from prefect.artifacts import create_table_artifact
-
-    p = _paths(R.EVALUATE, data_dir)
-    res = rstages.evaluate_stage(p["documents_clean"], p["index"], p["eval/retrieval"], segmenter, seed)
-    create_table_artifact(table=res["table"], key="retrieval-evaluation",
-                          description=f"Known-item search, {res['queries']} title/citation queries; "
-                                      f"IVF recall@10 vs exact {res['ivf_recall@10_vs_exact']:.3f}, "
-                                      f"HNSW {res['hnsw_recall@10_vs_exact']:.3f}")
-    return res
 
 
 @task(name="sample-query")
@@ -236,32 +231,27 @@ def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
              "doc_id": h["doc_id"]} for h in hits]
 
 
-@stage_task(text.REPORT)
-def dataset_report(data_dir: str) -> dict:
-    """Data card (Markdown + PNG plots) under ``report/``, published as Prefect artifacts."""
-    from prefect.artifacts import create_markdown_artifact, create_table_artifact
-
-    from corpus.report import build_report
-
-    out = text.REPORT.write_paths(data_dir)["report"]
-    rep = build_report(text.REPORT.read_paths(data_dir), out)
-    create_markdown_artifact(markdown=rep["markdown"], key="dataset-report", description=f"Dataset report; plots in {out}")
-    create_table_artifact(table=rep["pairs"], key="policysm-pairs", description="PolicySM pairs per split/kind/label")
-    create_table_artifact(table=rep["probe"], key="shortcut-probe", description="Shortcut probe vs majority baseline")
-    return {"files": rep["files"], "probe": rep["probe"]}
-
-
 @task(name="lineage")
-def lineage(data_dir: str) -> list[dict]:
-    """Lineage of every output (fingerprints, producing stage and key, inputs, config, code) as ``lineage.md``
-    and a Markdown artifact."""
+def lineage(data_dir: str, stages: Registry) -> list[dict]:
+    """Lineage of every output of ``stages`` (fingerprints, producing stage and key, inputs, config, code) as
+    ``lineage.md`` and a Markdown artifact."""
     from prefect.artifacts import create_markdown_artifact
 
     from storage import atomic_write_text
     from storage.lineage import lineage_markdown, lineage_records
 
-    records = lineage_records(data_dir)
+    records = lineage_records(data_dir, stages)
     md = lineage_markdown(records)
     atomic_write_text(Path(data_dir) / L.LINEAGE, md)
     create_markdown_artifact(markdown=md, key="lineage", description=f"Lineage of {data_dir}")
     return records
+
+
+TASKS = {t.name: t for t in (import_documents, clean, sentences, segment_plan, segment_part, segment, vocab, datasets,
+                             dataset_report, pretrain_data, pretrain, finetune, index_plan, embed_part, index,
+                             evaluate_retrieval)}
+
+
+def task_for(stage: Stage):
+    """The task of ``stage``: one of :data:`TASKS` by name, else a generic one made now (:func:`task_of`)."""
+    return TASKS.get(stage.name) or task_of(stage)

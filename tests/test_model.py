@@ -192,8 +192,15 @@ def test_pretrain_data_deterministic_per_seed_and_epoch(tmp_path):
     e1, _ = build_pretrain_epoch(sents, segs, split, enc, matcher, cfg, 1)
     assert e0.astype(str).equals(again.astype(str)) and not e0.astype(str).equals(e1.astype(str))
     assert len(e0) == 10 and stats["examples"] == 10  # every sentence with a next one in its document
+    inv = {i: t for t, i in tok.get_vocab().items()}
     for row in e0.itertuples():
-        if row.nsp_label == 0:  # the real next sentence of the same document
-            assert row.doc_id in ("a", "b")
+        ids = [lab if lab != -100 else i for i, lab in zip(row.input_ids, row.mlm_labels)]  # masks undone
+        text_a, text_b = "".join(inv[i] for i in ids).split("[SEP]")[:2]
+        n_a, n_b = (int(t.split("第")[1].split("条")[0]) for t in (text_a, text_b))
+        assert n_a // 6 == "ab".index(row.doc_id)  # sentence A is from the row's document
+        if row.nsp_label == 0:  # B is the real next sentence of the same document
+            assert n_b == n_a + 1 and n_b // 6 == n_a // 6
+        else:  # B is a random sentence, not the next one
+            assert n_b != n_a + 1
         masked = [i for i, x in enumerate(row.mlm_labels) if x != -100]
         assert 1 <= len(masked) <= 0.15 * (len(row.input_ids) - 3) + 2  # whole words up to the 15% budget

@@ -69,10 +69,10 @@ def _declared_name(rel: Path, names: set[str]) -> str | None:
 def test_stages_open_only_declared_tables(pipeline_run):
     """Every file a stage task opened during the run lies in a table or folder its contract declares
     (reads, writes or scratch): no stage reads an input its cache key does not see."""
-    from storage.contracts import all_stages
+    from flows.registry import PIPELINE
 
     data, _, _ = pipeline_run
-    stages = {s.name: s for s in all_stages()}
+    stages = {s.name: s for s in PIPELINE}
     allowed = {n: set(s.read_paths(data)) | set(s.write_paths(data)) | set(s.scratch) for n, s in stages.items()}
     names = set().union(*allowed.values())
     seen = {(t, _declared_name(Path(p).relative_to(data), names)) for t, p in OPENED if t in stages}
@@ -110,7 +110,12 @@ def test_every_stage_output(pipeline_run):
         assert {"config.json", "model.safetensors", "vocab.txt", "word_vocab.txt", "metrics.json"} <= {
             p.name for p in (data / ckpt).iterdir()}
     metrics = json.loads((data / L.FINETUNED_MODEL / "metrics.json").read_text())
-    assert 0 <= metrics["test"]["accuracy"] <= 1 and metrics["test"]["examples"] > 0
+    sm1 = read_table(data / L.POLICYSM1)
+    for split in ("dev", "test"):  # every pair of the split evaluated, up to the tiny profile's 200
+        m, n_pairs = metrics[split], int((sm1["split"] == split).sum())
+        assert m["examples"] == min(n_pairs, 200), (split, m["examples"], n_pairs)
+        assert abs(round(m["accuracy"] * m["examples"]) - m["accuracy"] * m["examples"]) < 1e-6  # a count of hits
+    assert 0.5 <= metrics["majority_test"] < 1 and metrics["dataset"] == L.POLICYSM1
     idx = json.loads((data / L.INDEX / "v1" / "manifest.json").read_text())
     assert (data / L.INDEX / "CURRENT").read_text() == "v1" and idx["size"] > 10
     ev = read_table(data / L.RETRIEVAL_EVAL)
