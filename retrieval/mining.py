@@ -16,13 +16,22 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # the pair miner reads the training config's lengths and kinds (no runtime import)
-    from retrieval.train import RetrievalTrainConfig
+
+
+class PairMiningConfig(Protocol):
+    """What the pair miner reads of a config (:class:`retrieval.train.RetrievalTrainConfig` has it): the pair
+    kinds, the query/passage lengths in chars, the cap on pairs and the sampling seed."""
+
+    kinds: tuple[str, ...]
+    max_query_len: int
+    max_passage_len: int
+    max_pairs: int
+    seed: int
 
 _SENT = re.compile(r"([^。！？；!?;\n]+)[。！？；!?;]*")
 _HEADING = re.compile(r"^(?:[一二三四五六七八九十]+、|（[一二三四五六七八九十]+）|第[一二三四五六七八九十百]+[条章节])")
@@ -104,7 +113,7 @@ def mask_leads(texts: Sequence[str], row_doc: Sequence[str], queries: pd.DataFra
     return out
 
 
-def _doc_pairs(doc_id, text: str, title, cfg: "RetrievalTrainConfig") -> list[tuple]:
+def _doc_pairs(doc_id, text: str, title, cfg: PairMiningConfig) -> list[tuple]:
     """The (query, passage, doc_id, kind) pairs of one document (see the module doc)."""
     qmax, pmax = cfg.max_query_len - 2, cfg.max_passage_len - 2
     sents = sentences(text)
@@ -124,7 +133,7 @@ def _doc_pairs(doc_id, text: str, title, cfg: "RetrievalTrainConfig") -> list[tu
     return rows
 
 
-def mine_pairs(docs: pd.DataFrame, cfg: "RetrievalTrainConfig") -> pd.DataFrame:
+def mine_pairs(docs: pd.DataFrame, cfg: PairMiningConfig) -> pd.DataFrame:
     """Query <-> passage pairs mined from documents (doc_id, text, optional title); see the module doc.
 
     Passages are cut to ``max_passage_len - 2`` chars, queries to ``max_query_len - 2``. Returns columns
@@ -133,7 +142,7 @@ def mine_pairs(docs: pd.DataFrame, cfg: "RetrievalTrainConfig") -> pd.DataFrame:
     return mine_pairs_from([docs], cfg)
 
 
-def mine_pairs_from(frames: Iterable[pd.DataFrame], cfg: "RetrievalTrainConfig") -> pd.DataFrame:
+def mine_pairs_from(frames: Iterable[pd.DataFrame], cfg: PairMiningConfig) -> pd.DataFrame:
     """:func:`mine_pairs` over the documents of several frames (a table read shard by shard): the same pairs as
     over their concatenation, holding one frame of documents at a time."""
     rows = []
