@@ -14,9 +14,12 @@ from corpus.clean import CleanConfig
 from corpus.pairs import PairConfig
 from corpus.sentences import SentenceConfig
 from corpus.vocab import VocabConfig
+from model.backbone_stage import BackboneConfig
 from model.pretrain_data import PretrainDataConfig
 from model.training import TrainConfig
 from retrieval.chunks import ChunkConfig
+from retrieval.evaluate import EvalConfig
+from retrieval.select import EncoderChoiceConfig
 from retrieval.hybrid import FusionConfig
 from retrieval.index import IndexConfig
 from retrieval.sparse import SparseConfig
@@ -50,14 +53,17 @@ class PipelineConfig:
     segment_parts: int = 2
     vocab: VocabConfig = VocabConfig()
     pairs: PairConfig = PairConfig()
-    # cpu-small: the budget that makes NSP, and with it PolicySM-1, learn on 2 cores (bench/learning_curves.py:
-    # at 1000 steps NSP is still at chance and fine-tuning with it; NSP leaves chance after ~1,500 steps at lr 1e-3)
+    # cpu-small starts from multilingual-e5-small (SPEC §8), its first 4 layers: ~1 s per pretraining step of
+    # 32 x 64 chars on 2 cores (2 layers: 0.6 s, 12: ~3 s), so pretraining only fits the new word encoder and
+    # fusion (200 steps) and fine-tuning gets 600; the from-scratch budget (hidden 128, 5,000 + 1,500 steps at
+    # lr 1e-3 / 2e-4) is --set backbone.kind=none with the old step counts
+    backbone: BackboneConfig = BackboneConfig(kind="e5", layers=4)
     pretrain_data: PretrainDataConfig = PretrainDataConfig(max_len=64)
     pretrain_epochs: int = 3
     model: ModelSize = ModelSize()
-    pretrain: TrainConfig = TrainConfig(max_steps=5000, batch_size=32, lr=1e-3, log_every=250, eval_every=1000,
-                                        save_every=200)
-    finetune: TrainConfig = TrainConfig(max_steps=1500, batch_size=32, lr=2e-4, log_every=250, eval_every=250,
+    pretrain: TrainConfig = TrainConfig(max_steps=200, batch_size=32, lr=1e-4, log_every=50, eval_every=100,
+                                        save_every=100)
+    finetune: TrainConfig = TrainConfig(max_steps=600, batch_size=32, lr=1e-4, log_every=100, eval_every=200,
                                         save_every=200)
     # dev/test pairs evaluated in fine-tuning (a seeded sample above it): 1x has ~4,000 per split, so this only
     # bounds the evaluation cost of larger corpora (21x: ~86,000 per split) to the same budget
@@ -66,6 +72,9 @@ class PipelineConfig:
     index: IndexConfig = IndexConfig()
     sparse: SparseConfig = SparseConfig()
     fusion: FusionConfig = FusionConfig()
+    retrieval_encoder: EncoderChoiceConfig = EncoderChoiceConfig()
+    # the untrained-encoder row embeds every chunk again: with a pretrained encoder BM25 is the baseline
+    evaluate: EvalConfig = EvalConfig(untrained_max_chunks=0)
     embed_batch_size: int = 64
     embed_parts: int = 2
     sample_query: str = "什么是数据基础制度体系？"
@@ -78,6 +87,7 @@ PROFILES: dict[str, PipelineConfig] = {
     "cpu-small": PipelineConfig(),
     "gpu-base": PipelineConfig(
         name="gpu-base",
+        backbone=BackboneConfig(kind="e5", layers=0),
         pretrain_data=PretrainDataConfig(),
         pretrain_epochs=3,
         model=ModelSize(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
@@ -85,9 +95,11 @@ PROFILES: dict[str, PipelineConfig] = {
         pretrain=TrainConfig(epochs=1, batch_size=32, lr=1e-4, log_every=100, save_every=500),
         finetune=TrainConfig(epochs=3, batch_size=32, lr=5e-5, log_every=100, save_every=500),
         embed_batch_size=128,
+        evaluate=EvalConfig(),
     ),
     "tiny": PipelineConfig(
         name="tiny",
+        backbone=BackboneConfig(kind="none"),
         vocab=VocabConfig(min_freq=3),
         model=ModelSize(hidden_size=32, num_attention_heads=2, intermediate_size=64),
         pretrain_data=PretrainDataConfig(),
@@ -95,6 +107,8 @@ PROFILES: dict[str, PipelineConfig] = {
         pretrain=TrainConfig(max_steps=60, batch_size=8, lr=1e-3, log_every=10, save_every=10),
         finetune=TrainConfig(max_steps=4, batch_size=8, lr=1e-3, log_every=2, save_every=2),
         finetune_max_eval=200,
+        retrieval_encoder=EncoderChoiceConfig(dev_docs=5, max_queries=20),
+        evaluate=EvalConfig(),
     ),
 }
 

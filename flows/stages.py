@@ -133,11 +133,17 @@ def corpus_stages(run: Run, input: str, registry: str | None = None, refresh: bo
 
 def model_stages(run: Run) -> dict:
     """Pretraining data, pretraining and fine-tuning on PolicySM-1 (reads the text stages' outputs)."""
-    return {"pretrain_data": run.stage("pretrain-data", now=True), "pretrain": run.stage("pretrain", now=True),
+    if run.cfg.backbone.kind == "e5" and not run.inputs.get("e5_file"):  # its content enters the cache key
+        from model.e5_format import package_model_path
+
+        run.inputs["e5_file"] = str(package_model_path())
+    return {"backbone": run.stage("backbone", now=True), "pretrain_data": run.stage("pretrain-data", now=True),
+            "pretrain": run.stage("pretrain", now=True),
             "finetune": run.stage("finetune", now=True)}
 
 
 def index_stages(run: Run) -> dict:
     """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
+    choice = run.stage("retrieval-encoder", now=True)
     idx = run.mapped("index-plan", "embed-part", "index", run.cfg.embed_parts, plan_to_merge=True)
-    return {"index": idx, "retrieval_eval": run.stage("evaluate-retrieval", now=True)}
+    return {"retrieval_encoder": choice, "index": idx, "retrieval_eval": run.stage("evaluate-retrieval", now=True)}

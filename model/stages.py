@@ -21,6 +21,7 @@ from transformers import AutoModelForSequenceClassification, BertConfig, BertFor
 
 from corpus.pairs import PairConfig, split_documents
 from model.baselines import pair_baselines
+from model.backbone_stage import BackboneConfig, has_checkpoint
 from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
@@ -30,6 +31,8 @@ from model.training import TrainConfig, evaluate_classifier, evaluate_pretrainin
 from storage.contracts import Stage, checkpoint, folder
 from storage import atomic_path, manifest_fingerprint, read_manifest, read_table
 from storage.tables import iter_table
+
+E5, BACKBONE_DIR = "models/e5", "models/backbone"  # the backbone stage's outputs (SPEC §8)
 
 WORD_VOCAB = "word_vocab.txt"
 log = logging.getLogger(__name__)
@@ -84,14 +87,24 @@ def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, s
 
 def pretrain_inputs_stage(sentences_dir, segments_dir, vocab_dir, clean_dir, tokenizer_dir, out_root,
                           pairs_cfg: PairConfig, cfg: PretrainDataConfig, epochs: int,
-                          char_backbone: str | None = None) -> dict:
+                          char_backbone: str | None = None, backbone: str | None = None) -> dict:
     """The char tokenizer (:func:`tokenizer_stage`) and the pretraining epochs (:func:`pretrain_data_stage`),
-    split by document exactly as the PolicySM datasets are (``pairs_cfg``'s seed and ratios)."""
-    tok = tokenizer_stage(sentences_dir, tokenizer_dir, char_backbone)
+    split by document exactly as the PolicySM datasets are (``pairs_cfg``'s seed and ratios). The char vocab
+    is ``char_backbone``'s (a user's BERT), else the backbone stage's char checkpoint ``backbone`` when it holds
+    one (:func:`resolve_char_backbone`), else the corpus's chars."""
+    tok = tokenizer_stage(sentences_dir, tokenizer_dir, resolve_char_backbone(char_backbone, backbone))
     ids = read_table(clean_dir, ["doc_id"])["doc_id"].tolist()
     split_of = split_documents(ids, pairs_cfg.split_ratios, pairs_cfg.seed)
     return {**tok, **pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, split_of, out_root,
                                          cfg, epochs)}
+
+
+def resolve_char_backbone(char_backbone: str | None, backbone: str | None) -> str | None:
+    """The char encoder to start from: a user's ``--char-backbone`` dir first, else the backbone stage's
+    ``models/backbone`` when it holds a checkpoint (SPEC §8), else None (from scratch)."""
+    if char_backbone:
+        return str(char_backbone)
+    return str(backbone) if has_checkpoint(backbone) else None
 
 
 PLAIN_BERT = "plain"  # model_kwargs["fusion"] for the ablation's baseline: transformers' BertForPreTraining, no words
@@ -138,7 +151,7 @@ def _state_dir(out_dir) -> Path:
 def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwargs: dict, cfg: TrainConfig,
                    epochs: int, max_eval_examples: int = 2000, char_backbone: str | None = None,
                    word_backbone: str | None = None, log_fn: Callable[[str], None] = print,
-                   on_step: Callable[[int, int], None] | None = None) -> dict:
+                   on_step: Callable[[int, int], None] | None = None, backbone: str | None = None) -> dict:
     """Pretrain PolicyBERT (MLM + NSP) on ``pretrain/epoch=*/split=train`` (epoch e uses the data
     of epoch ``e % epochs``), from scratch or initialised from local backbones (char: a BERT dir such
     as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``. An epoch is
@@ -149,20 +162,24 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
     and saves the checkpoint with ``metrics.json`` (incl. the backbone init report) atomically.
     """
-    if model_kwargs.get("fusion") == PLAIN_BERT and (char_backbone or word_backbone):
-        raise ValueError("the plain BERT baseline trains from scratch: it takes no --char/--word-backbone")
+    plain = model_kwargs.get("fusion") == PLAIN_BERT
+    if plain and word_backbone:
+        raise ValueError("the plain BERT baseline has no word encoder: it takes no --word-backbone")
+    char_backbone = resolve_char_backbone(char_backbone, backbone)
     enc = CharEncoder.from_dir(tokenizer_dir)
     word_list = [w for w in (Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines() if w]
     matcher = WordMatcher(word_list)
     torch.manual_seed(cfg.seed)
-    if char_backbone:
+    if char_backbone and plain:  # the ablation's plain row starts from the same body as the fused ones
+        config = BertConfig.from_pretrained(str(char_backbone))
+    elif char_backbone:
         config = config_from_backbones(char_backbone, word_backbone, word_vocab_size=matcher.size,
                                        **{k: v for k, v in model_kwargs.items()
                                           if k in ("fusion", "max_words", "num_word_layers") and not
                                           (k == "num_word_layers" and word_backbone)})
         if config.vocab_size < enc.size:
             raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {enc.size}")
-    elif model_kwargs.get("fusion") == PLAIN_BERT:
+    elif plain:
         config = BertConfig(vocab_size=enc.size, type_vocab_size=2, **{k: v for k, v in model_kwargs.items()
                                                                         if k not in ("fusion", "num_word_layers", "max_words")})
     else:
@@ -295,19 +312,23 @@ def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEnco
 
 # Stage contracts (see storage.contracts). ``{out}``, ``{pretrained}`` and ``{dataset}`` are task parameters
 # (the ablation trains several models side by side).
+BACKBONE = Stage("backbone", "model.backbone_stage:backbone_stage", writes=(folder(E5), folder(BACKBONE_DIR)),
+                 config=BackboneConfig, settings={"cfg": "backbone"}, files=("e5_file",), scratch=("cache/e5",),
+                 args={"e5_out": E5, "backbone_out": BACKBONE_DIR, "cache_dir": "cache/e5"})
 PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
-                      reads=("sentences", "segments", "vocab", "documents_clean"),
+                      reads=("sentences", "segments", "vocab", "documents_clean", BACKBONE_DIR),
                       writes=(folder("tokenizer"), folder("pretrain")), config=PretrainDataConfig,
                       settings={"pairs_cfg": "pairs", "cfg": "pretrain_data", "epochs": "pretrain_epochs"},
-                      files=("char_backbone",))
-PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab"),
+                      files=("char_backbone",),
+                      args={"backbone": BACKBONE_DIR})
+PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab", BACKBONE_DIR),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
                  settings={"model_kwargs": "model", "cfg": "pretrain", "epochs": "pretrain_epochs"},
                  files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"},
-                 keep=("heldout", "train", "init_report"), gpu=True)
+                 args={"backbone": BACKBONE_DIR}, keep=("heldout", "train", "init_report"), gpu=True)
 FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
                  settings={"cfg": "finetune", "max_eval_examples": "finetune_max_eval"},
                  defaults={"pretrained": "models/pretrain", "dataset": "policysm1", "out": "models/finetune-policysm1"},
                  keep=("dev", "test", "majority_test", "baselines", "best_step", "train"), gpu=True)
-STAGES = (PRETRAIN_DATA, PRETRAIN, FINETUNE)
+STAGES = (BACKBONE, PRETRAIN_DATA, PRETRAIN, FINETUNE)

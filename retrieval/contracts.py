@@ -3,9 +3,16 @@ publish, evaluation. Plain data; the functions are in :mod:`retrieval.stages`.""
 from __future__ import annotations
 
 from retrieval.chunks import ChunkConfig
-from storage.contracts import Stage, table, versioned
+from retrieval.select import EncoderChoiceConfig
+from storage.contracts import Stage, folder, table, versioned
 
-ENCODER = "models/finetune-policysm1"
+FINETUNED, E5, BACKBONE = "models/finetune-policysm1", "models/e5", "models/backbone"
+ENCODER = "models/retrieval-encoder"  # the index's encoder, chosen on a dev split (SPEC §7-§8)
+CHOICE_SCRATCH = "cache/retrieval-encoder"
+RETRIEVAL_ENCODER = Stage("retrieval-encoder", "retrieval.stages:retrieval_encoder_stage",
+                          reads=("documents_clean", FINETUNED, E5, BACKBONE), writes=(folder(ENCODER),),
+                          config=EncoderChoiceConfig, settings={"cfg": "retrieval_encoder"}, scratch=(CHOICE_SCRATCH,),
+                          args={"scratch_dir": CHOICE_SCRATCH}, gpu=True)
 PLANS, PARTS = "cache/parts/index-plan", "cache/parts/embed-part"
 INDEX_PLAN = Stage("index-plan", "retrieval.stages:index_plan_stage", reads=("documents_clean", ENCODER),
                    config=ChunkConfig, settings={"cfg": "chunks", "index_cfg": "index"}, scratch=("index", PLANS))
@@ -18,5 +25,6 @@ INDEX = Stage("index", "retrieval.stages:index_publish_stage", reads=("documents
                         "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion"},
               scratch=(PLANS, PARTS), gpu=True)
 EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
-                 writes=(table("eval/retrieval"),), settings={"segmenter": "segmenter", "seed": "pairs.seed"})
-STAGES = (INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)
+                 writes=(table("eval/retrieval"),),
+                 settings={"segmenter": "segmenter", "seed": "pairs.seed", "cfg": "evaluate"})
+STAGES = (RETRIEVAL_ENCODER, INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)

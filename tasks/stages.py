@@ -48,8 +48,8 @@ def stage_function(stage: Stage) -> Callable:
 
 
 def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any]) -> dict:
-    """Keyword arguments of ``fn`` for one run: the declared paths (``stage.args``, else reads then writes
-    positionally), the task parameters ``fn`` names (dataclasses as dicts where ``fn`` takes a dict) and a
+    """Keyword arguments of ``fn`` for one run: the declared paths (those ``stage.args`` names bound by name,
+    the other reads then writes positionally to the parameters ``args`` leaves), the task parameters ``fn`` names (dataclasses as dicts where ``fn`` takes a dict) and a
     progress artifact for an ``on_step`` / ``on_progress`` callback.
 
     Raises:
@@ -59,11 +59,11 @@ def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any]) -
     paths = _paths(stage, data_dir, **params)
     special = {"*reads": stage.read_paths(data_dir, params), "*writes": stage.write_paths(data_dir, params)}
     sources = {**paths, **special, **params}
-    if stage.args:
-        kwargs = {p: sources[src] for p, src in stage.args.items()}
-    else:
-        kwargs = dict(zip(sig.parameters, [*stage.read_paths(data_dir, params).values(),
-                                           *stage.write_paths(data_dir, params).values()]))
+    named = set(stage.args.values())
+    declared = {**stage.read_paths(data_dir, params), **stage.write_paths(data_dir, params)}
+    free = [p for p in sig.parameters if p not in stage.args]
+    kwargs = dict(zip(free, [path for name, path in declared.items() if name not in named]))
+    kwargs.update({p: sources[src] for p, src in stage.args.items()})
     for name, p in sig.parameters.items():
         if name in kwargs or name not in params:
             continue
