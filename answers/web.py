@@ -12,6 +12,8 @@ from __future__ import annotations
 import html
 from urllib.parse import parse_qs
 
+from fastapi import Request
+
 from answers.answer import AnswerInputError
 
 PAGE = """<!doctype html><html lang="zh"><head><meta charset="utf-8"><title>{title}</title>
@@ -89,7 +91,7 @@ def parse_k(text) -> int:
 
 def create_app(answerer):
     """The FastAPI app over an :class:`~answers.answer.Answerer`."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.concurrency import run_in_threadpool
 
