@@ -128,6 +128,8 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     from answers.features import SPAN_FEATURES
 
     span_x = np.asarray(rows, dtype=np.float32).reshape(len(rows), len(SPAN_FEATURES))
+    for d in docs:
+        del d["chunk_rank_at"]  # keep the result plain data
     return Prepared(question, docs, doc_features(docs, q_tok, title_tok, np.asarray(best)), span_x,
                     np.asarray(span_doc, dtype=int), spans)
 

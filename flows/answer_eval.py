@@ -22,52 +22,70 @@ from pathlib import Path
 DEFAULT_QUESTIONS = str(Path(__file__).resolve().parent.parent.parent / "shared" / "qa" / "ncpqa_questions.jsonl")
 
 
-def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print) -> dict:
-    """Fit on the train documents' questions, evaluate on the test documents'; returns the report dict."""
-    import pandas as pd
-
+def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, log=print):
+    """(backend, store, questions frame with gold and split, train examples with the gold document added,
+    test examples as a user would get them)."""
     from answers.answer import AnswerConfig
     from answers.backend import SearchBackend
     from answers.documents import DocumentStore
-    from answers.evaluate import (bm25_sentence_baseline, calibration, evaluate_scorer, first_sentence_baseline,
-                                  oracle_row, pool_sentences)
-    from answers.fit import build_examples, fit_scorer
+    from answers.fit import build_examples
     from answers.ncpqa import load_questions, locate_gold, split_by_document
-    from answers.scorer import SCORER_FILE, default_cache
-    from storage import atomic_write_text
 
-    t0 = time.perf_counter()
     cfg = AnswerConfig()
     backend, store = SearchBackend(Path(data_dir) / "index"), DocumentStore(Path(data_dir) / "documents_clean")
     q = locate_gold(load_questions(questions), store)
     q["split"] = split_by_document(q, test_share, seed)
     train, test = q[q["split"] == "train"], q[q["split"] == "test"]
-    log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); "
-        f"{int(q['doc_id'].isna().sum())} on documents cleaning dropped, {int((q['gold_start'] < 0).sum())} "
-        f"without a verbatim gold span in the cleaned text")
+    log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "
+        f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "
+        f"span in the cleaned text")
     tr = build_examples(train, backend, store, cfg, with_gold_doc=True, log=log)
-    info = {"questions": questions, "split": "by document", "seed": seed, "test_share": test_share,
+    te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
+    return backend, store, q, tr, te
+
+
+def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_share: float, install: bool,
+                   log=print) -> dict:
+    """Fit on ``tr``, save the scorer, score ``te`` beside the baselines; write and return the report."""
+    import pandas as pd
+
+    from answers.evaluate import (bm25_sentence_baseline, calibration, evaluate_scorer, first_sentence_baseline,
+                                  oracle_row, pool_sentences)
+    from answers.fit import fit_scorer
+    from answers.scorer import SCORER_FILE, default_cache
+    from storage import atomic_write_text
+
+    train, test = q[q["split"] == "train"], q[q["split"] == "test"]
+    info = {"split": "by document", "seed": seed, "test_share": test_share,
             "train_questions": len(train), "train_documents": int(train["ext_doc"].nunique()),
+            "test_questions": len(test), "test_documents": int(test["ext_doc"].nunique()),
             "index_version": backend.version, "encoder": backend.encoder_name, "model_id": backend.model_id}
     scorer = fit_scorer(tr, info=info)
     scorer.save(Path(data_dir) / SCORER_FILE)
     if install:
         scorer.save(default_cache())
-    te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
     learned, per = evaluate_scorer(te, scorer)
     rows = [learned, oracle_row(te)]
-    rows.append(bm25_sentence_baseline(list(test.itertuples(index=False)), pool_sentences(store), backend.tokenize))
-    rows.append(first_sentence_baseline(list(test.itertuples(index=False)),
-                                        lambda qq, k: backend.search(qq, k, mode="sparse"), store))
-    report = {"split": "test (questions of held-out documents)", "table": rows,
-              "calibration": calibration(per, scorer.threshold), "scorer": info,
-              "seconds": round(time.perf_counter() - t0, 1)}
+    test_rows = list(test.itertuples(index=False))
+    rows.append(bm25_sentence_baseline(test_rows, pool_sentences(store), backend.tokenize))
+    rows.append(first_sentence_baseline(test_rows, lambda qq, k: backend.search(qq, k, mode="sparse"), store))
+    report = {"split": "test: questions of held-out documents", "table": rows,
+              "calibration": calibration(per, scorer.threshold), "scorer": {**info, **scorer.info}}
     out = Path(data_dir) / "eval" / "answers"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "answer_eval.json", json.dumps(report, ensure_ascii=False, indent=1, default=str))
     log(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     log(f"calibration (test): {json.dumps(report['calibration'], ensure_ascii=False)}")
     log(f"scorer: {Path(data_dir) / SCORER_FILE}" + (f" and {default_cache()}" if install else ""))
+    return report
+
+
+def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print) -> dict:
+    """Fit on the train documents' questions, evaluate on the test documents'; returns the report dict."""
+    t0 = time.perf_counter()
+    backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
+    report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log)
+    log(f"{time.perf_counter() - t0:.0f} s")
     return report
 
 
