@@ -8,15 +8,17 @@ import numpy as np
 from answers.answer import AnswerConfig, prepare, rank_answers
 from answers.features import DOC_FEATURES, SPAN_FEATURES
 from answers.metrics import char_f1, overlaps
-from answers.scorer import AnswerScorer, LinearModel
+from answers.scorer import AnswerScorer, LinearModel, TreeModel
 
 
 def build_examples(questions, backend, store, cfg: AnswerConfig = AnswerConfig(), with_gold_doc: bool = True,
                    log: Callable[[str], None] = print) -> list[tuple]:
-    """(row, Prepared) per question row (needs question, doc_id, gold_start, gold_end, answer); the gold
+    """(row, Prepared) per question row (a namespace with question, doc_id, gold_start, gold_end, answer); the gold
     document is added to the candidates when retrieval missed it and ``with_gold_doc``."""
+    from types import SimpleNamespace
+
     out = []
-    for n, r in enumerate(questions.itertuples(index=False), 1):
+    for n, r in enumerate((SimpleNamespace(**rec) for rec in questions.to_dict("records")), 1):
         extra = r.doc_id if with_gold_doc and isinstance(r.doc_id, str) else None
         out.append((r, prepare(r.question.strip(), backend, store, cfg, extra_doc=extra)))
         if n % 100 == 0:
@@ -39,9 +41,11 @@ def span_target(prep, g: int, row) -> np.ndarray:
     return out
 
 
-def fit_scorer(examples: list[tuple], c: float = 1.0, threshold: float = 0.3, info: dict | None = None) -> AnswerScorer:
+def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, info: dict | None = None,
+               model: str = "trees") -> AnswerScorer:
     """Fit the document model (retrieved documents; label: the gold document), the span model (spans of
-    the gold document; soft target :func:`span_target`) and the Platt calibration of the top answers'
+    the gold document; target :func:`span_target`), both ``trees`` (:class:`~answers.scorer.TreeModel`) or
+    ``linear`` (:class:`~answers.scorer.LinearModel`, inverse regularisation ``c``), and the Platt calibration of the top answers'
     raw scores against "overlaps the gold span", all on ``examples`` (from :func:`build_examples`).
 
     Raises:
@@ -56,8 +60,14 @@ def fit_scorer(examples: list[tuple], c: float = 1.0, threshold: float = 0.3, in
             if d["doc_id"] == row.doc_id and row.gold_start >= 0:
                 sx.append(prep.span_x[prep.span_doc == g])
                 sy.append(span_target(prep, g, row))
-    doc = LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c)
-    span = LinearModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), c)
+    if not sum(dy) or not len(sx):
+        raise ValueError("no training question has its document retrieved: nothing to learn")
+    if model == "trees":
+        doc = TreeModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), classifier=True)
+        span = TreeModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), classifier=False)
+    else:
+        doc = LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c)
+        span = LinearModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), c)
     scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}))
     raw, hit = [], []
     for row, prep in examples:

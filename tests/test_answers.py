@@ -175,3 +175,15 @@ def test_page_checks_input_keeps_serving_and_reads_current_per_request(data, ans
     after = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
     assert {p: t for p, t in after.items() if "CURRENT" not in p.name} == \
         {p: t for p, t in before.items() if "CURRENT" not in p.name}
+
+
+def test_answer_library_and_its_clis_do_not_import_prefect():
+    mods = ["answers", "answers.web", "answers.evaluate", "answers.fit", "answers.browser", "flows.ask",
+            "flows.serve", "flows.answer_eval"]
+    code = ("import importlib, sys\n"
+            f"for m in {mods!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(sum(k == 'prefect' or k.startswith('prefect.') for k in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "0"
