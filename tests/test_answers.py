@@ -63,10 +63,13 @@ def test_scorer_is_plain_json_and_missing_scorer_says_how_to_fit(tmp_path, data)
 
     s = load_scorer(data)
     text = s.to_json()
-    assert json.loads(text)["format"] == 1 and len(json.loads(text)["span"]["coef"]) == len(s.span.names)
+    d = json.loads(text)
+    assert d["format"] == 1 and d["span"]["kind"] == "trees" and d["span"]["trees"] and d["doc"]["link"] == "logistic"
     again = AnswerScorer.from_json(text)
     x = np.random.default_rng(0).normal(size=(4, len(s.doc.names)))
-    assert np.allclose(again.doc.predict(x), s.doc.predict(x))
+    y = np.random.default_rng(1).normal(size=(4, len(s.span.names)))
+    assert np.allclose(again.doc.predict(x), s.doc.predict(x)) and np.allclose(again.span.predict(y), s.span.predict(y))
+    assert 0 < s.calibrate(np.array([0.5]))[0] < 1
     os.environ["POLICYBERT_ANSWER_SCORER"] = str(tmp_path / "nowhere.json")
     try:
         with pytest.raises(ScorerMissingError, match="flows.answer_eval"):
