@@ -10,7 +10,6 @@ import pandas as pd
 
 from answers.answer import rank_answers
 from answers.candidates import sentence_offsets
-from answers.features import sentence_bm25
 from answers.fit import is_hit
 from answers.metrics import char_f1, exact_match, overlaps
 
