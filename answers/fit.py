@@ -45,8 +45,9 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
                model: str = "trees") -> AnswerScorer:
     """Fit the document model (retrieved documents; label: the gold document), the span model (spans of
     the gold document; target :func:`span_target`), both ``trees`` (:class:`~answers.scorer.TreeModel`) or
-    ``linear`` (:class:`~answers.scorer.LinearModel`, inverse regularisation ``c``), and the Platt calibration of the top answers'
-    raw scores against "overlaps the gold span", all on ``examples`` (from :func:`build_examples`).
+    ``linear`` (:class:`~answers.scorer.LinearModel`, inverse regularisation ``c``), and the Platt
+    calibration of the top answers' raw scores against "overlaps the gold span", all on ``examples`` (from
+    :func:`build_examples`).
 
     Raises:
         ValueError: the examples hold no positive document or span (nothing to learn).
