@@ -56,8 +56,8 @@ class SearchBackend:
 
     def search(self, question: str, k: int, mode: str = "hybrid") -> list[dict]:
         """Top-``k`` chunks of the search (``hybrid``; ``sparse`` = BM25 alone, for baselines), best first
-        (dicts with chunk_id, doc_id, start, end, text, title, source, url, score, dense_score, sparse_score, dense_rank, sparse_rank; external_id when the
-        documents had one). Raises ``retrieval.query.QueryError`` on a bad question or ``k``."""
+        (dicts with chunk_id, doc_id, start, end, text, title, source, url, score, dense_score, sparse_score,
+        dense_rank, sparse_rank; external_id when the documents had one). Raises ``retrieval.query.QueryError`` on a bad question or ``k``."""
         return self._retriever.search(question, k, mode=mode)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
