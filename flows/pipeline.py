@@ -22,7 +22,7 @@ from prefect import flow
 from flows.profiles import get_profile, with_settings
 from flows.runners import task_runner
 from flows.stages import Run, corpus_stages, index_stages, model_stages
-from flows.summary import build_summary, format_summary
+from flows.summary import build_summary, format_summary, sample_answer
 from storage import atomic_write_text
 from storage.atomic import clean_leftovers
 from storage import layout as L
@@ -54,6 +54,7 @@ def policy_pipeline(input: str, data_dir: str, profile: str = "cpu-small", sourc
     r.update(index_stages(run))
     r["sample_query"] = T.sample_query(data_dir, cfg.sample_query, 3, wait_for=[r["index"]])
     r["lineage"] = T.lineage(data_dir, run.stages, wait_for=[r["retrieval_eval"], r["report"]])
+    r["sample_answer"] = sample_answer(data_dir, cfg.sample_query)
     summary = build_summary(cfg.name, r)
     atomic_write_text(Path(data_dir) / L.SUMMARY, json.dumps(summary, ensure_ascii=False, indent=1))
     print(format_summary(summary))

@@ -24,6 +24,7 @@ def build_summary(profile: str, results: dict) -> dict:
         "retrieval_eval": results["retrieval_eval"]["table"],
         "ann_recall@10": {k: v for k, v in results["retrieval_eval"].items() if k.endswith("_vs_exact")},
         "sample_query": results["sample_query"],
+        "sample_answer": results.get("sample_answer"),
         "crawl": crawl_summary(results["import"]),
     }
 
@@ -94,4 +95,25 @@ def format_summary(s: dict) -> str:
     ]
     for i, hit in enumerate(s["sample_query"], 1):
         lines.append(f"  {i}. {hit['score']:.3f} {hit['title']} [{hit['source']}] {hit['url'] or ''}")
+    a = s.get("sample_answer") or {}
+    if a:
+        lines.append(f"sample answer: {a['text'][:160]} ({a['score']:.2f}; {a['title']})" if a.get("text")
+                     else f"sample answer: {a.get('note', 'n/a')}")
     return "\n".join(lines)
+
+
+def sample_answer(data_dir: str, question: str) -> dict:
+    """The answer stage's top answer to ``question`` (text, score, title, url, start, end), or ``{"note"}``
+    saying why there is none (no fitted scorer, no answer found)."""
+    from answers import Answerer, ScorerMissingError
+
+    try:
+        res = Answerer(data_dir).answer(question, 1)
+    except ScorerMissingError:
+        return {"note": "n/a (no answer scorer: python -m flows.answer_eval --install)"}
+    except (FileNotFoundError, ValueError) as exc:  # an unreadable scorer or index: said, not raised
+        return {"note": f"n/a ({exc})"}
+    if not res["answers"]:
+        return {"note": "no answer found"}
+    a = res["answers"][0]
+    return {**{k: a[k] for k in ("text", "score", "title", "url", "start", "end")}, "found": res["found"]}

@@ -48,19 +48,21 @@ def stage_function(stage: Stage) -> Callable:
 
 
 def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any]) -> dict:
-    """Keyword arguments of ``fn`` for one run: the declared paths (those ``stage.args`` names bound by name,
-    the other reads then writes positionally to the parameters ``args`` leaves), the task parameters ``fn`` names (dataclasses as dicts where ``fn`` takes a dict) and a
-    progress artifact for an ``on_step`` / ``on_progress`` callback.
+    """Keyword arguments of ``fn`` for one run: the declared paths (those ``stage.args`` binds by name, the
+    other reads then writes positionally to the parameters ``args`` leaves), the task parameters ``fn`` names
+    (dataclasses as dicts where ``fn`` takes a dict) and a progress artifact for an ``on_step`` /
+    ``on_progress`` callback.
 
     Raises:
         KeyError: an ``args`` source that is neither a declared path nor a task parameter.
     """
     sig = inspect.signature(fn)
-    paths = _paths(stage, data_dir, **params)
-    special = {"*reads": stage.read_paths(data_dir, params), "*writes": stage.write_paths(data_dir, params)}
-    sources = {**paths, **special, **params}
+    reads, writes = stage.read_paths(data_dir, params), stage.write_paths(data_dir, params)
+    sources = {**_paths(stage, data_dir, **params), "*reads": reads, "*writes": writes, **params}
     named = set(stage.args.values())
-    declared = {**stage.read_paths(data_dir, params), **stage.write_paths(data_dir, params)}
+    named |= set(reads) if "*reads" in named else set()
+    named |= set(writes) if "*writes" in named else set()
+    declared = {**reads, **writes}
     free = [p for p in sig.parameters if p not in stage.args]
     kwargs = dict(zip(free, [path for name, path in declared.items() if name not in named]))
     kwargs.update({p: sources[src] for p, src in stage.args.items()})

@@ -1,0 +1,259 @@
+"""Extractive answers with their sources (SPEC §9): the document first, then the span within it.
+
+For a question: the top chunks of the hybrid search (SPEC §7) grouped by document (a document counts once,
+at the rank of its best chunk); every sentence, 2–3 sentence window and clause of the first ``max_docs``
+documents is a candidate (long documents: only the sentences near their retrieved chunks); the learned
+:class:`~answers.scorer.AnswerScorer` scores documents and spans (:mod:`answers.features`); the answer list
+holds the best span of each document, best first, with its offsets into the cleaned document text.
+"""
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from answers.candidates import document_spans, sentence_offsets
+from answers.features import Prepared, doc_features, question_chars, sentence_bm25, span_rows
+
+
+class AnswerInputError(ValueError):
+    """A question the stage refuses as given (empty, too long, no letters or digits, bad ``k``)."""
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    """search_k: chunks asked of the hybrid search; max_docs: documents whose spans are scored;
+    max_doc_chars: longer documents contribute only sentences within ``margin`` chars of a retrieved chunk;
+    dense_sentences: sentences (the BM25's best across the candidate documents) compared with the question
+    by the index's encoder (0: none); passage_chars: the passage shown around an answer (each side);
+    max_k: most answers one question may ask for; max_chars: longest question accepted."""
+
+    search_k: int = 20
+    max_docs: int = 5
+    max_doc_chars: int = 20000
+    margin: int = 600
+    dense_sentences: int = 0
+    passage_chars: int = 150
+    max_k: int = 20
+    max_chars: int = 1000
+
+
+def check_question(question, k, cfg: AnswerConfig = AnswerConfig()) -> str:
+    """The question stripped, after the checks of the search (``retrieval.query.check_query``: empty, too
+    long, ``k`` out of range) plus one of its own: a question must hold a letter or a digit.
+
+    Raises:
+        AnswerInputError: the message names the problem.
+    """
+    if isinstance(question, str) and question.strip() and len(question) <= cfg.max_chars:
+        if not any(unicodedata.category(c)[0] in "LN" for c in question):
+            raise AnswerInputError("the question holds no letters or digits (only punctuation or symbols)")
+    from retrieval.query import QueryError, QueryLimits, check_query
+
+    try:
+        return check_query(question, k, QueryLimits(max_k=cfg.max_k, max_chars=cfg.max_chars))
+    except QueryError as exc:
+        raise AnswerInputError(str(exc)) from exc
+
+
+def group_hits(hits: list[dict], max_docs: int) -> list[dict]:
+    """Hits grouped by document in order of each document's best hit: ``[{doc_id, hits, first_hit}]``."""
+    groups: OrderedDict = OrderedDict()
+    for rank, h in enumerate(hits):
+        g = groups.setdefault(h["doc_id"], {"doc_id": h["doc_id"], "hits": [], "first_hit": rank})
+        h = {**h, "rank": rank}
+        g["hits"].append(h)
+    return list(groups.values())[:max_docs]
+
+
+def _text_of(doc: dict, store) -> tuple[str, dict]:
+    """The cleaned text of a grouped document and its metadata. When the store's text does not hold the
+    retrieved chunks at their offsets (documents refreshed after the index version was built), a text made of
+    the chunks placed at their offsets (blanks elsewhere), so offsets stay those of the version's text."""
+    text, meta = store.get(doc["doc_id"])
+    hits = doc["hits"]
+    if text is not None and all(text[h["start"]:h["end"]].strip() == h["text"] for h in hits):
+        return text, meta
+    buf = [" "] * max([h["start"] + len(h["text"]) for h in hits] + [0])
+    for h in hits:
+        buf[h["start"]:h["start"] + len(h["text"])] = list(h["text"])
+    first = hits[0] if hits else {}
+    return "".join(buf), {c: meta.get(c) or first.get(c) for c in ("title", "url", "source", "pubtime", "external_id")}
+
+
+def _sentences(text: str, hits: list[dict], cfg: AnswerConfig) -> list[tuple[int, int]]:
+    sents = sentence_offsets(text)
+    if len(text) <= cfg.max_doc_chars or not hits:
+        return sents
+    return [s for s in sents if any(h["start"] - cfg.margin <= s[0] < h["end"] + cfg.margin for h in hits)]
+
+
+def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None) -> Prepared:
+    """Retrieve, group, split and featurise one (checked) question. ``extra_doc``: a document added after the
+    retrieved ones when missing (training: the gold document), with no hits."""
+    hits = backend.search(question, cfg.search_k)
+    docs = group_hits(hits, cfg.max_docs)
+    if extra_doc is not None and all(d["doc_id"] != extra_doc for d in docs):
+        docs.append({"doc_id": extra_doc, "hits": [], "first_hit": cfg.search_k, "extra": True})
+    for d in docs:
+        d["text"], d["meta"] = _text_of(d, store)
+        d["sentences"] = _sentences(d["text"], d["hits"], cfg)
+        d["spans"] = document_spans(d["text"], d["sentences"])
+        d["chunk_rank_at"] = _chunk_rank_fn(d["hits"])
+    flat = [d["text"][s:e] for d in docs for s, e in d["sentences"]]
+    titles = [d["meta"].get("title") or "" for d in docs]
+    toks = backend.tokenize([question] + flat + titles)
+    q_tok, sent_tok, title_tok = set(toks[0]), toks[1:1 + len(flat)], [set(t) for t in toks[1 + len(flat):]]
+    bm = sentence_bm25(toks[0], sent_tok)
+    dense = _dense(question, flat, bm, backend, cfg.dense_sentences)
+    pos, best = 0, []
+    for d in docs:
+        n = len(d["sentences"])
+        d["sent_tokens"] = [set(t) for t in sent_tok[pos:pos + n]]
+        d["all_tokens"] = set().union(*d["sent_tokens"]) if n else set()
+        d["bm"], d["dense"] = bm[pos:pos + n], dense[pos:pos + n]
+        best.append(float(d["bm"].max()) if n else 0.0)
+        pos += n
+    best_all = max(best) if best else 0.0
+    q_chars = question_chars(question)
+    rows, span_doc, spans = [], [], []
+    for g, d in enumerate(docs):
+        rows += span_rows(question, d, d["bm"], d["dense"], best_all, q_tok, q_chars, cfg.search_k)
+        span_doc += [g] * len(d["spans"])
+        spans += d["spans"]
+    from answers.features import SPAN_FEATURES
+
+    span_x = np.asarray(rows, dtype=np.float32).reshape(len(rows), len(SPAN_FEATURES))
+    for d in docs:
+        del d["chunk_rank_at"]  # keep the result plain data
+    return Prepared(question, docs, doc_features(docs, q_tok, title_tok, np.asarray(best)), span_x,
+                    np.asarray(span_doc, dtype=int), spans)
+
+
+def _chunk_rank_fn(hits: list[dict]):
+    def rank_at(pos: int):
+        r = [h["rank"] for h in hits if h["start"] <= pos < h["end"]]
+        return min(r) if r else None
+
+    return rank_at
+
+
+def _dense(question: str, flat: list[str], bm: np.ndarray, backend, n: int) -> np.ndarray:
+    """Cosine of the question with the ``n`` sentences BM25 ranks first (NaN for the others)."""
+    out = np.full(len(flat), np.nan, dtype=np.float64)
+    if n <= 0 or not flat:
+        return out
+    top = np.argsort(-bm, kind="stable")[:n]
+    qv = backend.embed_queries([question])
+    pv = backend.embed_passages([flat[i] for i in top])
+    out[top] = pv @ qv[0]
+    return out
+
+
+def passage(text: str, start: int, end: int, chars: int) -> tuple[int, int]:
+    """(start, end) of the passage shown around ``text[start:end]``: ``chars`` on each side, widened to the
+    nearest sentence or line boundary within that reach."""
+    a = max(0, start - chars)
+    cut = max(text.rfind(m, a, start) for m in "。！？；\n")
+    a = cut + 1 if cut >= a else a
+    b = min(len(text), end + chars)
+    ends = [i for i in (text.find(m, end, b) for m in "。！？；\n") if i >= 0]
+    b = max(ends) + 1 if ends else b
+    return a, b
+
+
+def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> list[dict]:
+    """The best span of each document, best first (at most ``k``): dicts with text, score (calibrated),
+    raw_score, doc_score, doc_id, external_id, title, url, source, pubtime, start, end, passage,
+    passage_start, passage_end, kind, doc_rank."""
+    if not prep.spans:
+        return []
+    p_doc = scorer.doc.predict(prep.doc_x)
+    raw = p_doc[prep.span_doc] * scorer.span.predict(prep.span_x)
+    out = []
+    for g, d in enumerate(prep.docs):
+        idx = np.flatnonzero(prep.span_doc == g)
+        if d.get("extra") or not len(idx):
+            continue
+        best = idx[np.argmax(raw[idx])]
+        sp = prep.spans[best]
+        pa, pb = passage(d["text"], sp.start, sp.end, passage_chars)
+        out.append({"text": d["text"][sp.start:sp.end], "score": float(scorer.calibrate(raw[best])),
+                    "raw_score": float(raw[best]), "doc_score": float(p_doc[g]), "doc_id": d["doc_id"],
+                    **{c: d["meta"].get(c) for c in ("external_id", "title", "url", "source", "pubtime")},
+                    "start": sp.start, "end": sp.end, "passage": d["text"][pa:pb], "passage_start": pa,
+                    "passage_end": pb, "kind": sp.kind, "doc_rank": g + 1})
+    out.sort(key=lambda a: -a["raw_score"])
+    return out[:k]
+
+
+class Answerer:
+    """Answers questions over a data dir's serving index (Python API; the CLI and the web page use it).
+
+    ``answer(question, k)`` reads ``index/CURRENT`` once per call and uses that version's search, encoder and
+    chunks throughout (a refresh during a question never mixes versions); versions and the cleaned documents
+    are loaded once and kept (the two latest versions). Nothing is written to the data dir.
+
+    Raises (at construction):
+        answers.scorer.ScorerMissingError: no fitted scorer (``scorer`` not given and none found).
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, scorer=None, cfg: AnswerConfig = AnswerConfig(),
+                 scorer_path: str | os.PathLike | None = None, tokenizer=None):
+        import threading
+
+        from answers.scorer import load_scorer
+
+        self.data_dir = Path(data_dir)
+        self.cfg = cfg
+        self.scorer = scorer or load_scorer(self.data_dir, scorer_path)
+        self._tokenizer = tokenizer
+        self._backends: OrderedDict = OrderedDict()
+        self._store: tuple[str, object] | None = None
+        self._lock = threading.Lock()
+
+    def backend(self, version: str | None = None):
+        """The :class:`~answers.backend.SearchBackend` of ``version`` (default: the serving one), cached."""
+        from answers.backend import SearchBackend, serving_version
+
+        version = version or serving_version(self.data_dir / "index")
+        with self._lock:
+            if version not in self._backends:
+                self._backends[version] = SearchBackend(self.data_dir / "index", version, self._tokenizer)
+                while len(self._backends) > 2:
+                    self._backends.popitem(last=False)
+            return self._backends[version]
+
+    def store(self):
+        """The cleaned documents (reloaded when ``documents_clean`` was swapped for a new table)."""
+        from answers.documents import DocumentStore
+
+        real = os.path.realpath(self.data_dir / "documents_clean")
+        with self._lock:
+            if self._store is None or self._store[0] != real:
+                self._store = (real, DocumentStore(real))
+            return self._store[1]
+
+    def answer(self, question: str, k: int = 3) -> dict:
+        """Answers to ``question``: ``{question, answers (best first, see rank_answers), found (top score >=
+        threshold), threshold, version, encoder, seconds}``.
+
+        Raises:
+            AnswerInputError: bad question or ``k`` (see :func:`check_question`).
+            answers.backend.IndexMissingError: no index published.
+        """
+        import time
+
+        t = time.perf_counter()
+        q = check_question(question, k, self.cfg)
+        backend = self.backend()
+        prep = prepare(q, backend, self.store(), self.cfg)
+        answers = rank_answers(prep, self.scorer, k, self.cfg.passage_chars)
+        return {"question": q, "answers": answers,
+                "found": bool(answers) and answers[0]["score"] >= self.scorer.threshold,
+                "threshold": self.scorer.threshold, "version": backend.version, "encoder": backend.encoder_name,
+                "seconds": time.perf_counter() - t}

@@ -1,0 +1,112 @@
+"""Fit and evaluate the answer stage on the shared NCPQA questions (SPEC §9), no Prefect:
+
+    python -m flows.pipeline --input ../shared/qa/ncpqa_docs.jsonl --id-column doc_id --title-column title \\
+        --data-dir data-ncpqa            # the 599 documents through the pipeline (any profile)
+    python -m flows.answer_eval --data-dir data-ncpqa [--questions ../shared/qa/ncpqa_questions.jsonl]
+        [--test-share 0.3 --seed 13] [--install]
+
+The questions are split by document (seeded): the scorer is fitted on the questions of 70 % of the documents
+and saved as ``DATA/answers/scorer.json`` (``--install``: also to the user cache, where other data dirs find
+it); every figure is measured on the questions of the other 30 %, beside the baselines "BM25 over all
+sentences" and "first sentence of the top BM25 chunk" and the ceiling of the candidates. Written to
+``DATA/eval/answers/answer_eval.json`` and printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_QUESTIONS = str(Path(__file__).resolve().parent.parent.parent / "shared" / "qa" / "ncpqa_questions.jsonl")
+
+
+def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, log=print):
+    """(backend, store, questions frame with gold and split, train examples with the gold document added,
+    test examples as a user would get them)."""
+    from answers.answer import AnswerConfig
+    from answers.backend import SearchBackend
+    from answers.documents import DocumentStore
+    from answers.fit import build_examples
+    from answers.ncpqa import load_questions, locate_gold, split_by_document
+
+    cfg = AnswerConfig()
+    backend, store = SearchBackend(Path(data_dir) / "index"), DocumentStore(Path(data_dir) / "documents_clean")
+    q = locate_gold(load_questions(questions), store)
+    q["split"] = split_by_document(q, test_share, seed)
+    train, test = q[q["split"] == "train"], q[q["split"] == "test"]
+    log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "
+        f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "
+        f"span in the cleaned text")
+    tr = build_examples(train, backend, store, cfg, with_gold_doc=True, log=log)
+    te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
+    return backend, store, q, tr, te
+
+
+def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_share: float, install: bool,
+                   log=print) -> dict:
+    """Fit on ``tr``, save the scorer, score ``te`` beside the baselines; write and return the report."""
+    import pandas as pd
+
+    from answers.evaluate import (bm25_sentence_baseline, calibration, evaluate_scorer, first_sentence_baseline,
+                                  oracle_row, pool_sentences)
+    from answers.fit import fit_scorer
+    from answers.scorer import SCORER_FILE, default_cache
+    from storage import atomic_write_text
+
+    train, test = q[q["split"] == "train"], q[q["split"] == "test"]
+    info = {"split": "by document", "seed": seed, "test_share": test_share,
+            "train_questions": len(train), "train_documents": int(train["ext_doc"].nunique()),
+            "test_questions": len(test), "test_documents": int(test["ext_doc"].nunique()),
+            "index_version": backend.version, "encoder": backend.encoder_name, "model_id": backend.model_id}
+    scorer = fit_scorer(tr, info=info)
+    scorer.save(Path(data_dir) / SCORER_FILE)
+    if install:
+        scorer.save(default_cache())
+    learned, per = evaluate_scorer(te, scorer)
+    rows = [learned, oracle_row(te)]
+    test_rows = list(test.itertuples(index=False))
+    rows.append(bm25_sentence_baseline(test_rows, pool_sentences(store), backend.tokenize))
+    rows.append(first_sentence_baseline(test_rows, lambda qq, k: backend.search(qq, k, mode="sparse"), store))
+    report = {"split": "test: questions of held-out documents", "table": rows,
+              "calibration": calibration(per, scorer.threshold), "scorer": {**info, **scorer.info}}
+    out = Path(data_dir) / "eval" / "answers"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "answer_eval.json", json.dumps(report, ensure_ascii=False, indent=1, default=str))
+    log(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    log(f"calibration (test): {json.dumps(report['calibration'], ensure_ascii=False)}")
+    log(f"scorer: {Path(data_dir) / SCORER_FILE}" + (f" and {default_cache()}" if install else ""))
+    return report
+
+
+def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print) -> dict:
+    """Fit on the train documents' questions, evaluate on the test documents'; returns the report dict."""
+    t0 = time.perf_counter()
+    backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
+    report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log)
+    log(f"{time.perf_counter() - t0:.0f} s")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.answer_eval")
+    ap.add_argument("--data-dir", required=True, help="a data dir whose index holds the NCPQA documents")
+    ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
+    ap.add_argument("--test-share", type=float, default=0.3)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--install", action="store_true", help="also save the scorer to the user cache")
+    args = ap.parse_args(argv)
+    for p in (args.questions, Path(args.data_dir) / "index"):
+        if not Path(p).exists():
+            print(f"error: {p} not found", file=sys.stderr)
+            return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    run(args.data_dir, args.questions, args.test_share, args.seed, args.install)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Answers with sources (SPEC §9): candidates and offsets, metrics, the JSON scorer, the answer API over a
+small index, the CLI and the web page's input checks."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from answers.candidates import clause_offsets, document_spans, sentence_offsets
+from answers.metrics import char_f1, exact_match
+from tests.answer_builders import build_data_dir, fit_test_scorer, questions
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from retrieval.sparse import make_tokenizer
+
+    return make_tokenizer("auto")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, tok):
+    d = build_data_dir(tmp_path_factory.mktemp("answers"), tok)
+    fit_test_scorer(d, tok).save(d / "answers" / "scorer.json")
+    return d
+
+
+@pytest.fixture(scope="module")
+def answerer(data, tok):
+    from answers import Answerer
+
+    return Answerer(data, tokenizer=tok)
+
+
+def test_candidates_are_offsets_into_the_text():
+    text = "一、总体要求。\n坚持促进数据合规高效流通使用，赋能实体经济，保障安全。二、建立数据产权制度；探索分置运行机制！"
+    sents = sentence_offsets(text)
+    assert [text[s:e] for s, e in sents] == ["一、总体要求。", "坚持促进数据合规高效流通使用，赋能实体经济，保障安全。",
+                                             "二、建立数据产权制度；", "探索分置运行机制！"]
+    clauses = clause_offsets(text, *sents[1])
+    assert [text[a:b] for a, b in clauses] == ["坚持促进数据合规高效流通使用", "赋能实体经济", "保障安全"]
+    spans = document_spans(text, sents)
+    assert {s.kind for s in spans} == {"sentence", "window", "clause"}
+    w = [s for s in spans if s.kind == "window" and s.first == 1 and s.last == 2][0]
+    assert text[w.start:w.end].startswith("坚持") and text[w.start:w.end].endswith("制度；")
+
+
+def test_metrics():
+    assert char_f1("北京北铃专用汽车有限公司。", "北京北铃专用汽车有限公司") == 1.0
+    assert exact_match(" 北京北铃专用汽车有限公司 ", "北京北铃专用汽车有限公司") == 1.0
+    assert 0 < char_f1("北京北铃公司", "北京北铃专用汽车有限公司") < 1
+    assert char_f1("", "答案") == 0.0 and exact_match("", "") == 0.0
+
+
+@pytest.mark.slow
+def test_scorer_is_plain_json_and_missing_scorer_says_how_to_fit(tmp_path, data):
+    from answers.scorer import AnswerScorer, ScorerMissingError, load_scorer
+
+    s = load_scorer(data)
+    text = s.to_json()
+    d = json.loads(text)
+    assert d["format"] == 1 and d["span"]["kind"] == "trees" and d["span"]["trees"] and d["doc"]["link"] == "logistic"
+    again = AnswerScorer.from_json(text)
+    x = np.random.default_rng(0).normal(size=(4, len(s.doc.names)))
+    y = np.random.default_rng(1).normal(size=(4, len(s.span.names)))
+    assert np.allclose(again.doc.predict(x), s.doc.predict(x)) and np.allclose(again.span.predict(y), s.span.predict(y))
+    assert 0 < s.calibrate(np.array([0.5]))[0] < 1
+    os.environ["POLICYBERT_ANSWER_SCORER"] = str(tmp_path / "nowhere.json")
+    try:
+        with pytest.raises(ScorerMissingError, match="flows.answer_eval"):
+            load_scorer(tmp_path)
+    finally:
+        del os.environ["POLICYBERT_ANSWER_SCORER"]
+    (tmp_path / "bad.json").write_text('{"format": 1}')
+    with pytest.raises(ValueError, match="not a readable answer scorer"):
+        load_scorer(tmp_path, tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+def test_answers_point_into_the_cleaned_text_one_per_document(answerer, data):
+    from answers.documents import DocumentStore
+
+    store = DocumentStore(data / "documents_clean")
+    res = answerer.answer("职业教育工作现就哪些方面提出意见？", k=3)
+    assert res["version"] == "v1" and res["answers"]
+    docs = [a["doc_id"] for a in res["answers"]]
+    assert len(docs) == len(set(docs)) and len(docs) <= 3
+    for a in res["answers"]:
+        text, _ = store.get(a["doc_id"])
+        assert text[a["start"]:a["end"]] == a["text"]
+        assert text[a["passage_start"]:a["passage_end"]] == a["passage"] and a["text"] in a["passage"]
+        assert 0.0 <= a["score"] <= 1.0 and a["title"]
+    assert res["answers"][0]["doc_id"] == "d3" and "产教融合" in res["answers"][0]["text"]
+    assert [a["score"] for a in res["answers"]] == sorted((a["score"] for a in res["answers"]), reverse=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("q,k,match", [("", 3, "empty"), ("数" * 1_000_001, 3, "over the limit"),
+                                       ("？？！，。", 3, "no letters or digits"), ("数据", 0, "between 1 and"),
+                                       ("数据", 21, "between 1 and")])
+def test_bad_questions_are_clear_errors(answerer, q, k, match):
+    from answers import AnswerInputError
+
+    with pytest.raises(AnswerInputError, match=match):
+        answerer.answer(q, k)
+
+
+def _ask(*args, data=None, input_file=None):
+    cmd = [sys.executable, "-m", "flows.ask", *args, "--data-dir", str(data)]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("args", [["", "-k", "3"], ["数据", "-k", "0"], ["？？？"], ["数" * 1001]])
+def test_ask_cli_refuses_bad_input_before_loading(tmp_path, args):
+    res = _ask(*args, data=tmp_path / "none")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("error:") and len(res.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_ask_cli_batch_and_readable(tmp_path, data):
+    f = tmp_path / "q.jsonl"
+    with open(f, "wb") as fh:
+        fh.write(json.dumps({"qid": "a", "question": "养老托育工作现就哪些方面提出意见？"}, ensure_ascii=False).encode() + b"\n")
+        fh.write(b'{"qid": "b", "question": "\xff\xfe"}\n')
+        fh.write(json.dumps({"qid": "c", "question": "？？"}).encode() + b"\n")
+        fh.write(b"not json\n")
+        fh.write(json.dumps({"qid": "e", "question": "乡村振兴第7项要完善什么？"}, ensure_ascii=False).encode() + b"\n")
+    res = _ask("--questions", str(f), "--json", data=data)
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [x.get("qid") for x in lines] == ["a", None, "c", None, "e"]
+    assert "UTF-8" in lines[1]["error"] and "letters or digits" in lines[2]["error"] and "error" in lines[3]
+    for x in (lines[0], lines[4]):
+        a = x["answers"][0]
+        assert set(a) >= {"text", "score", "doc_id", "title", "url", "start", "end", "passage"}
+    assert lines[0]["answers"][0]["doc_id"] == "d5"
+    res = _ask("养老托育工作现就哪些方面提出意见？", "-k", "2", data=data)
+    assert res.returncode == 0 and "【" in res.stdout and "index v1" in res.stdout
+
+
+@pytest.mark.slow
+def test_page_checks_input_keeps_serving_and_reads_current_per_request(data, answerer):
+    from fastapi.testclient import TestClient
+
+    from answers.web import create_app
+
+    before = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
+    c = TestClient(create_app(answerer))
+    assert c.get("/").status_code == 200
+    bad = [("q=&k=3", "empty"), ("q=" + "a" * 1_000_001 + "&k=3", "over the limit"),
+           ("q=%EF%BC%9F%EF%BC%9F&k=3", "letters or digits"), ("q=%FF%FE&k=3", "UTF-8"), ("q=abc&k=0", "between 1"),
+           ("q=abc&k=x", "integer")]
+    for body, match in bad:
+        r = c.post("/ask", content=body.encode(), headers={"content-type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 400 and match in r.text, (body[:30], r.text[-300:])
+    r = c.post("/ask", content=b"q=\xff\xfe&k=3", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 400 and "UTF-8" in r.text
+    r = c.post("/ask", data={"q": "职业教育工作现就哪些方面提出意见？", "k": "3"})
+    assert r.status_code == 200 and "<mark>" in r.text and "推动职业教育高质量发展" in r.text
+    assert 'id="version">v1<' in r.text
+    assert c.get("/api/answer", params={"q": "", "k": "3"}).status_code == 400
+    # a second version published beside v1: the next request uses it, without a restart
+    import shutil
+
+    shutil.copytree(data / "index" / "v1", data / "index" / "v2")
+    (data / "index" / "CURRENT").write_text("v2")
+    try:
+        assert c.get("/api/answer", params={"q": "养老服务体系", "k": "2"}).json()["version"] == "v2"
+    finally:
+        (data / "index" / "CURRENT").write_text("v1")
+        shutil.rmtree(data / "index" / "v2")
+    after = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
+    assert {p: t for p, t in after.items() if "CURRENT" not in p.name} == \
+        {p: t for p, t in before.items() if "CURRENT" not in p.name}
+
+
+def test_answer_library_and_its_clis_do_not_import_prefect():
+    mods = ["answers", "answers.web", "answers.evaluate", "answers.fit", "answers.browser", "flows.ask",
+            "flows.serve", "flows.answer_eval"]
+    code = ("import importlib, sys\n"
+            f"for m in {mods!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(sum(k == 'prefect' or k.startswith('prefect.') for k in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "0"
