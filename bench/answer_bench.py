@@ -50,7 +50,7 @@ def api_latency(data_dir: str, questions: list[str]) -> dict:
 
 def page_latency(data_dir: str, questions: list[str], screenshot: str | None) -> dict:
     """p50/p95 of the page answering ``questions`` one after another in headless Chromium."""
-    from answers.browser import ask_in_browser, served
+    from ops.answer_page import ask_in_browser, served
 
     with served(data_dir) as url:
         got = ask_in_browser(url, questions, screenshot)

@@ -4,7 +4,7 @@ Seeds (issue: crawler): 20 seed pages per host at the default politeness (1 requ
 against the per-host bound (20 pages + robots.txt -> ~20 s), then extraction throughput (pages/s) on
 the archived pages, offline.
 
-Discovery (issue 15, ``--discovery``): each host is a TRS column of ``--listing-pages`` listing pages
+Discovery (``--discovery``): each host is a TRS column of ``--listing-pages`` listing pages
 (``index.html``, ``index_1.html``…, ``createPageHTML``) of ``--docs-per-page`` documents each; the crawl
 discovers and fetches them all. Per-host politeness bound: (robots.txt + listing pages + documents) x
 delay; the ratio wall / bound is printed (target <= 1.2).

@@ -1,4 +1,4 @@
-"""Growth benchmark (issue 16, item 1): each text / model-data stage's wall time, chars/s and peak memory
+"""Growth benchmark: each text / model-data stage's wall time, chars/s and peak memory
 on corpora of growing size, side by side in one run, with each stage's growth exponent and per-char
 cost ratio against the smallest corpus.
 

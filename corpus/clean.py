@@ -188,7 +188,7 @@ class CleanConfig:
     repeat_min_docs: int = 20
 
     def __post_init__(self):
-        check_bounds(self, min_chars=(0, None), min_cjk_ratio=(0, 1), near_dup_threshold=(">", 0, 1),
+        check_bounds(self, min_chars=(0, None), min_cjk_ratio=(0, 1), near_dup_threshold=(0, 1),
                      num_perm=(1, 4096), shingle=(1, 1000), shard_docs=(1, 10_000_000),
                      repeat_share=(">", 0, 1), repeat_min_docs=(2, None))
 

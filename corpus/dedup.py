@@ -6,7 +6,7 @@ independent, so it can run partitioned), each candidate pair verified by its Jac
 the threshold. In each group the kept copy is the earliest published one, then the longest, then the
 first in input order.
 
-Streaming (issue 16): :func:`doc_keys` computes a document's exact-duplicate key and MinHash signature
+Streaming (SPEC §1): :func:`doc_keys` computes a document's exact-duplicate key and MinHash signature
 (uint32, ``num_perm`` x 4 bytes) group by group; :func:`duplicates_from_keys` then decides over the whole
 corpus holding only these keys (a few hundred bytes per document), never the texts.
 """

@@ -13,7 +13,7 @@ Against the thesis's leaks: every clause gets the same normalisation (end marks 
 documents are split into train/dev/test before pairing (pairs never cross splits), a text pair
 appears at most once over all splits and never with both labels. Deterministic for a seed.
 
-Streaming (issue 16): pairs are made per *pairing group*: the documents of one split in corpus order,
+Streaming (SPEC §1, §5): pairs are made per *pairing group*: the documents of one split in corpus order,
 cut into runs of ``group_docs`` documents (group i of a split = its documents i*group_docs ...
 (i+1)*group_docs-1), each with its own seed (seed, dataset, split, i); random PolicySM-1 negatives draw
 from the pools of their group. Over all groups a text pair is kept once: its first occurrence by

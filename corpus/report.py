@@ -1,4 +1,4 @@
-"""Dataset report, like a data card (issue 5): Markdown + PNG plots under ``<data>/report/``.
+"""Dataset report, like a data card (SPEC §5): Markdown + PNG plots under ``<data>/report/``.
 
 Figures: documents per source (top 10), publication years, document lengths, sentence lengths,
 vocabulary coverage, PolicySM pair counts per split and kind, and the shortcut probe against the
@@ -139,6 +139,33 @@ def ratio_section(tables: Mapping[str, Path], max_listed: int = 10) -> str:
     return text
 
 
+def _markdown(docs, clean, rejects, sent_len, vocab_m, per_source, pairs, probe, tables) -> str:
+    """The report's Markdown (the plots it names are written beside it by :func:`build_report`)."""
+    vs = vocab_m["stats"]
+    md = "\n\n".join([
+        "# Dataset report",
+        f"Documents: {len(docs)} imported from {docs['source'].nunique()} sources; {len(clean)} after cleaning; "
+        f"rejects by reason: {rejects['reason'].value_counts().to_dict()}.",
+        "## Documents per source (top 10)\n\n" + _md_table(per_source.rename_axis("source").reset_index(name="documents"))
+        + "\n\n![sources](sources.png)",
+        "## Publication years\n\n![years](years.png)",
+        f"## Lengths\n\nDocuments: median {_median(clean['n_chars'])} chars; sentences: {len(sent_len)}, "
+        f"median {_median(sent_len)} chars.\n\n![docs](doc_lengths.png) "
+        "![sentences](sentence_lengths.png)",
+        f"## Vocabulary\n\n{vs['size']} words (freq >= {vocab_m['config']['min_freq']}, "
+        f"{vocab_m['config']['min_len']}-{vocab_m['config']['max_len']} chars); sentence coverage "
+        f"{vs['sentence_coverage']:.2%}; segmenter {vs.get('backend')} ({vs.get('model_id')}). Top words: "
+        + "、".join(w for w, _ in vs["top_words"][:15]),
+        "## PolicySM pairs\n\n" + _md_table(pairs),
+        ratio_section(tables),
+        repeated_lines_section(tables["documents_clean"]),
+        "## Shortcut probe\n\nLogistic regression on surface features (end marks, spaces, digits, latin, lengths) "
+        "trained on train, scored on test; a leak-free dataset stays near the majority baseline.\n\n"
+        + _md_table(probe),
+    ])
+    return md
+
+
 def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.PathLike) -> dict:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (atomically, as one folder).
 
@@ -165,28 +192,7 @@ def build_report(tables: Mapping[str, str | os.PathLike], out_dir: str | os.Path
         _bar(years, "Publication years (cleaned corpus)", tmp / "years.png")
         _hist(clean["n_chars"], "Document lengths", tmp / "doc_lengths.png", "characters")
         _hist(sent_len, "Sentence lengths", tmp / "sentence_lengths.png", "characters", bins=50)
-        vs = vocab_m["stats"]
-        md = "\n\n".join([
-            "# Dataset report",
-            f"Documents: {len(docs)} imported from {docs['source'].nunique()} sources; {len(clean)} after cleaning; "
-            f"rejects by reason: {rejects['reason'].value_counts().to_dict()}.",
-            "## Documents per source (top 10)\n\n" + _md_table(per_source.rename_axis("source").reset_index(name="documents"))
-            + "\n\n![sources](sources.png)",
-            "## Publication years\n\n![years](years.png)",
-            f"## Lengths\n\nDocuments: median {_median(clean['n_chars'])} chars; sentences: {len(sent_len)}, "
-            f"median {_median(sent_len)} chars.\n\n![docs](doc_lengths.png) "
-            "![sentences](sentence_lengths.png)",
-            f"## Vocabulary\n\n{vs['size']} words (freq >= {vocab_m['config']['min_freq']}, "
-            f"{vocab_m['config']['min_len']}-{vocab_m['config']['max_len']} chars); sentence coverage "
-            f"{vs['sentence_coverage']:.2%}; segmenter {vs.get('backend')} ({vs.get('model_id')}). Top words: "
-            + "、".join(w for w, _ in vs["top_words"][:15]),
-            "## PolicySM pairs\n\n" + _md_table(pairs),
-            ratio_section(tables),
-            repeated_lines_section(tables["documents_clean"]),
-            "## Shortcut probe\n\nLogistic regression on surface features (end marks, spaces, digits, latin, lengths) "
-            "trained on train, scored on test; a leak-free dataset stays near the majority baseline.\n\n"
-            + _md_table(probe),
-        ])
+        md = _markdown(docs, clean, rejects, sent_len, vocab_m, per_source, pairs, probe, tables)
         (tmp / "report.md").write_text(md + "\n", encoding="utf-8")
     return {"markdown": md, "pairs": pairs.to_dict("records"), "probe": probe.to_dict("records"),
             "files": ["report.md", "sources.png", "years.png", "doc_lengths.png", "sentence_lengths.png"]}

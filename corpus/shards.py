@@ -1,4 +1,4 @@
-"""Documents in groups: the streaming side of the text stages (issue 16).
+"""Documents in groups: the streaming side of the text stages (SPEC §1).
 
 Every text stage reads its input in groups of whole documents (``shard_docs`` documents, in table order)
 and writes its output through :class:`storage.tables.TableWriter`, so its memory is bounded by the group

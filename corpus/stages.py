@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -109,68 +109,92 @@ def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
     Pass 0 counts, per source, the distinct documents each line is found in (:class:`corpus.clean.LineCounts`);
     the lines found in more than ``cfg.repeat_share`` of a source's documents (sources of at least
     ``cfg.repeat_min_docs``) are site chrome (the C4 / CCNet repeated-line rule) and are removed before the
-    rules, counted per source in the stats (``repeated_lines``). Pass 1 cleans each group, records its per-document rejects and keeps, per surviving document, its
-    exact-duplicate key and MinHash signature (corpus.dedup); the cleaned group goes to a spill table. The
-    duplicates are then decided from the keys alone (earliest copy kept) and pass 2 copies the spill minus
-    them into ``documents_clean``. Memory: one group plus ~0.6 KB of keys per document and 16 bytes
-    per distinct (source, line).
+    rules, counted per source in the stats (``repeated_lines``). Pass 1 cleans each group, records its
+    per-document rejects and keeps, per surviving document, its exact-duplicate key and MinHash signature
+    (corpus.dedup); the cleaned group goes to a spill table. The duplicates are then decided from the keys
+    alone (earliest copy kept) and pass 2 copies the spill minus them into ``documents_clean``. Memory: one
+    group plus ~0.6 KB of keys per document and 16 bytes per distinct (source, line).
     """
-    inputs = {"documents": manifest_fingerprint(documents_dir)}
-    cv = CLEAN.code_version()
-    rule_counts: Counter = Counter()
-    rejects: list[tuple] = []
-    n_in = chars_in = 0
-    ids, pub, lens, hashes, sigs = [], [], [], [], []
+    meta = {"config": asdict(cfg), "code_version": CLEAN.code_version(),
+            "inputs": {"documents": manifest_fingerprint(documents_dir)}}
     lines = LineCounts()  # pass 0: documents per (source, line), for the repeated-line rule
     for docs in iter_doc_groups(documents_dir, ["source_id", "source", "text"], cfg.shard_docs,
                                 batch_rows=cfg.shard_docs):
         for source, text in zip(_source_keys(docs), docs["text"].fillna("").tolist()):
             lines.add(source, text)
     chrome = lines.chrome(cfg.repeat_share, cfg.repeat_min_docs)
-    removed: Counter = Counter()
     with spill_dir(out_dir) as tmp:
-        with TableWriter(tmp / "clean", name="documents_clean", schema=CLEAN_SCHEMA,
-                         rows_per_shard=cfg.shard_docs) as spill:
-            for docs in iter_doc_groups(documents_dir, None, cfg.shard_docs, batch_rows=cfg.shard_docs):
-                for column in ("external_id", "written_date"):  # absent from crawls and older tables
-                    if column not in docs:
-                        docs[column] = None
-                chars_in += int(docs["text"].fillna("").str.len().sum())
-                docs["text"] = _without_repeated_lines(docs, chrome, removed)
-                kept, rej, counts, _ = clean_group(docs, cfg)
-                n_in += len(docs)
-                rule_counts.update(counts)
-                rejects += rej
-                h, sg = doc_keys(kept["text"].tolist(), near=cfg.near_dup_threshold > 0, shingle=cfg.shingle,
-                                 num_perm=cfg.num_perm)
-                ids += kept["doc_id"].tolist()
-                pub += kept["pubtime"].tolist()
-                lens += kept["n_chars"].tolist()
-                hashes += h
-                sigs.append(sg)
-                spill.write(kept)
-        sig = np.concatenate(sigs) if sigs else np.zeros((0, 0), dtype=np.uint32)
-        dups = duplicates_from_keys(ids, pub, lens, hashes, sig, near_threshold=cfg.near_dup_threshold)
-        del ids, pub, lens, hashes, sig, sigs
-        rejects += [(d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}") for d in dups]
+        acc = _clean_groups(documents_dir, tmp / "clean", chrome, cfg)
+        sig = np.concatenate(acc.sigs) if acc.sigs else np.zeros((0, 0), dtype=np.uint32)
+        dups = duplicates_from_keys(acc.ids, acc.pub, acc.lens, acc.hashes, sig,
+                                    near_threshold=cfg.near_dup_threshold)
+        del sig
+        acc.ids = acc.pub = acc.lens = acc.hashes = acc.sigs = []  # the keys are no longer needed
+        acc.rejects += [(d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}") for d in dups]
+        rej = pd.DataFrame(acc.rejects, columns=["doc_id", "reason", "detail"])
+        write_table(rej, rejects_dir, name="rejects", stats={"rejects_by_reason": dict(Counter(rej["reason"]))},
+                    schema=REJECTS_SCHEMA, **meta)
         drop = pa.array(sorted({d.doc_id for d in dups}), pa.string())
-        rej = pd.DataFrame(rejects, columns=["doc_id", "reason", "detail"])
-        stats = {"rejects_by_reason": dict(Counter(rej["reason"]))}
-        write_table(rej, rejects_dir, name="rejects", config=asdict(cfg), code_version=cv, inputs=inputs,
-                    stats=stats, schema=REJECTS_SCHEMA)
-        n_out = chars_out = 0
-        with TableWriter(out_dir, name="documents_clean", config=asdict(cfg), code_version=cv, inputs=inputs,
-                         schema=CLEAN_SCHEMA) as w:
-            for shard in read_manifest(tmp / "clean")["shards"]:
-                t = pq.read_table(tmp / "clean" / shard["path"])
-                t = t.filter(pc.invert(pc.is_in(t["doc_id"], value_set=drop)))
-                n_out, chars_out = n_out + t.num_rows, chars_out + int(pc.sum(t["n_chars"]).as_py() or 0)
-                w.write(t)
-            if removed:
-                rule_counts["repeated_lines"] = sum(removed.values())
-            w.stats = clean_stats(n_in, n_out, rej["reason"], rule_counts, chars_in, chars_out)
-            w.stats["repeated_lines"] = repeated_line_stats(removed, lines.docs)
+        with TableWriter(out_dir, name="documents_clean", schema=CLEAN_SCHEMA, **meta) as w:
+            n_out, chars_out = _copy_without(tmp / "clean", drop, w)
+            if acc.removed:
+                acc.rule_counts["repeated_lines"] = sum(acc.removed.values())
+            w.stats = clean_stats(acc.n_in, n_out, rej["reason"], acc.rule_counts, acc.chars_in, chars_out)
+            w.stats["repeated_lines"] = repeated_line_stats(acc.removed, lines.docs)
     return w.stats
+
+
+@dataclass
+class _CleanPass:
+    """What pass 1 of :func:`clean_stage` keeps: counts, rejects and the duplicate keys of kept documents."""
+
+    n_in: int = 0
+    chars_in: int = 0
+    rule_counts: Counter = field(default_factory=Counter)
+    removed: Counter = field(default_factory=Counter)
+    rejects: list = field(default_factory=list)
+    ids: list = field(default_factory=list)
+    pub: list = field(default_factory=list)
+    lens: list = field(default_factory=list)
+    hashes: list = field(default_factory=list)
+    sigs: list = field(default_factory=list)
+
+
+def _clean_groups(documents_dir, spill_path: Path, chrome, cfg: CleanConfig) -> _CleanPass:
+    """Pass 1: clean each group of ``documents`` (repeated lines ``chrome`` removed first) into the spill
+    table at ``spill_path``; returns the counts, rejects and duplicate keys."""
+    acc = _CleanPass()
+    with TableWriter(spill_path, name="documents_clean", schema=CLEAN_SCHEMA, rows_per_shard=cfg.shard_docs) as spill:
+        for docs in iter_doc_groups(documents_dir, None, cfg.shard_docs, batch_rows=cfg.shard_docs):
+            for column in ("external_id", "written_date"):  # absent from crawls and older tables
+                if column not in docs:
+                    docs[column] = None
+            acc.chars_in += int(docs["text"].fillna("").str.len().sum())
+            docs["text"] = _without_repeated_lines(docs, chrome, acc.removed)
+            kept, rej, counts, _ = clean_group(docs, cfg)
+            acc.n_in += len(docs)
+            acc.rule_counts.update(counts)
+            acc.rejects += rej
+            h, sg = doc_keys(kept["text"].tolist(), near=cfg.near_dup_threshold > 0, shingle=cfg.shingle,
+                             num_perm=cfg.num_perm)
+            acc.ids += kept["doc_id"].tolist()
+            acc.pub += kept["pubtime"].tolist()
+            acc.lens += kept["n_chars"].tolist()
+            acc.hashes += h
+            acc.sigs.append(sg)
+            spill.write(kept)
+    return acc
+
+
+def _copy_without(spill_path: Path, drop: pa.Array, writer) -> tuple[int, int]:
+    """Pass 2: copy the spill table's shards minus the ``drop`` doc ids into ``writer``; (rows, chars) kept."""
+    n_out = chars_out = 0
+    for shard in read_manifest(spill_path)["shards"]:
+        t = pq.read_table(spill_path / shard["path"])
+        t = t.filter(pc.invert(pc.is_in(t["doc_id"], value_set=drop)))
+        n_out, chars_out = n_out + t.num_rows, chars_out + int(pc.sum(t["n_chars"]).as_py() or 0)
+        writer.write(t)
+    return n_out, chars_out
 
 
 def _source_keys(docs: pd.DataFrame) -> list[str]:

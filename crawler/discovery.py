@@ -1,4 +1,4 @@
-"""Discovery of new document URLs per source (issue 15; registry schema in :mod:`crawler.registry`).
+"""Discovery of new document URLs per source (SPEC §2; registry schema in :mod:`crawler.registry`).
 
 One :class:`~crawler.registry.DiscoveryEntry` is walked by :func:`discover`:
 

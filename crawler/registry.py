@@ -5,7 +5,7 @@ redirects included; may be empty only for an entry with no URLs yet), ``seeds`` 
 ``link_pattern`` are new documents) and ``extract`` hints (``expect: pdf|html|mixed``, ``body``: a
 CSS selector for the article body).
 
-Discovery (``/work/notes/schema.md``, issue 15): ``discovery`` is a list of entries, each
+Discovery (SPEC §2): ``discovery`` is a list of entries, each
 ``{kind, url, link_pattern?, max_pages?, page_param?, first_page?, checked_live?, note?}`` with
 ``kind`` one of :data:`DISCOVERY_KINDS` (``trs``, ``hanweb``, ``paged``, ``sitemap``, ``feed``,
 ``links``); ``url`` is an http(s) URL on one of the source's hosts (``sitemap`` also takes

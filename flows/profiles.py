@@ -1,10 +1,12 @@
 """Run profiles: one typed ``PipelineConfig`` gathering each stage's own config dataclass.
 
-- ``cpu-small``: from-scratch small PolicyBERT (hidden 128, 2 layers), 5,000 pretraining steps on
-  sentence pairs of <= 64 chars (3 masking epochs) and 1,500 fine-tuning steps: the whole job on the
-  real corpus within 15 minutes on 2 CPU cores, with a model that beats the non-neural baselines.
-- ``gpu-base``: thesis scale (hidden 768, 12 layers, 6 word layers, 3 epochs; batch 32).
-- ``tiny``: for tests (hidden 32), a few steps.
+- ``cpu-small``: PolicyBERT whose char encoder is multilingual-e5-small's first 4 layers (hidden 384;
+  SPEC §8) with one new word layer and gate fusion; 200 pretraining steps (the word side and fusion) on
+  sentence pairs of <= 64 chars and 600 fine-tuning steps, both at lr 1e-4: the whole job on the real
+  corpus on 2 CPU cores. ``--set backbone.kind=none`` is the from-scratch model (hidden 128, 2 layers).
+- ``gpu-base``: thesis scale: e5's 12 layers, 6 word layers, gate fusion; 1 pretraining epoch, 3 fine-tuning
+  epochs at lr 5e-5, batch 32.
+- ``tiny``: for tests (hidden 32, from scratch), a few steps.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ matched after masking: a word that overlaps any predicted char is dropped from `
 before the ``max_words`` cap (as ZEN drops the n-grams broken by ``[MASK]``; here also those over kept and
 replaced chars), so the word encoder never sees the identity of a masked word.
 
-Groups (issue 16): the documents of each split are hashed into ``ceil(documents / group_docs)`` groups
+Groups (SPEC §1): the documents of each split are hashed into ``ceil(documents / group_docs)`` groups
 (:func:`doc_group`: a function of the doc id and the split's document count, never of the shard layout);
 each group is generated alone with its own seed ``(seed, epoch, split, group)``, so the build streams:
 :func:`spill_groups` sorts the ``sentences``/``segments`` rows into one spill file per group, shard by

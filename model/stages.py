@@ -170,20 +170,7 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     word_list = [w for w in (Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines() if w]
     matcher = WordMatcher(word_list)
     torch.manual_seed(cfg.seed)
-    if char_backbone and plain:  # the ablation's plain row starts from the same body as the fused ones
-        config = BertConfig.from_pretrained(str(char_backbone))
-    elif char_backbone:
-        config = config_from_backbones(char_backbone, word_backbone, word_vocab_size=matcher.size,
-                                       **{k: v for k, v in model_kwargs.items()
-                                          if k in ("fusion", "max_words", "num_word_layers") and not
-                                          (k == "num_word_layers" and word_backbone)})
-        if config.vocab_size < enc.size:
-            raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {enc.size}")
-    elif plain:
-        config = BertConfig(vocab_size=enc.size, type_vocab_size=2, **{k: v for k, v in model_kwargs.items()
-                                                                        if k not in ("fusion", "num_word_layers", "max_words")})
-    else:
-        config = PolicyBertConfig(vocab_size=enc.size, word_vocab_size=matcher.size, **model_kwargs)
+    config = _pretraining_config(model_kwargs, enc.size, matcher.size, char_backbone, word_backbone)
     model = BertForPreTraining(config) if config.model_type == "bert" else PolicyBertForPreTraining(config)
     init_report = init_from_backbones(model, char_backbone, word_backbone, word_list) if (
         char_backbone or word_backbone) else None
@@ -200,6 +187,30 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     return on_main_process(lambda: _finish_pretraining(
         model, run, held, fn, cfg, config, init_report, epochs, pretrain_root, tokenizer_dir, vocab_dir, out_dir,
         char_backbone, word_backbone), {"train": run, "heldout": None, "init_report": None})
+
+
+def _pretraining_config(model_kwargs: dict, char_vocab: int, word_vocab: int, char_backbone, word_backbone):
+    """The config to pretrain: the plain BERT baseline's or PolicyBERT's, from a char backbone's config when
+    there is one (the plain row starts from the same body as the fused ones).
+
+    Raises:
+        ValueError: the char backbone's vocabulary is smaller than the tokenizer's.
+    """
+    plain = model_kwargs.get("fusion") == PLAIN_BERT
+    if char_backbone and plain:
+        return BertConfig.from_pretrained(str(char_backbone))
+    if char_backbone:
+        config = config_from_backbones(char_backbone, word_backbone, word_vocab_size=word_vocab,
+                                       **{k: v for k, v in model_kwargs.items()
+                                          if k in ("fusion", "max_words", "num_word_layers") and not
+                                          (k == "num_word_layers" and word_backbone)})
+        if config.vocab_size < char_vocab:
+            raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {char_vocab}")
+        return config
+    if plain:
+        return BertConfig(vocab_size=char_vocab, type_vocab_size=2, **{k: v for k, v in model_kwargs.items()
+                                                                        if k not in ("fusion", "num_word_layers", "max_words")})
+    return PolicyBertConfig(vocab_size=char_vocab, word_vocab_size=word_vocab, **model_kwargs)
 
 
 def _finish_pretraining(model, run, held, fn, cfg, config, init_report, epochs, pretrain_root, tokenizer_dir,

@@ -1,4 +1,4 @@
-"""The temporary ("ephemeral") Prefect API server of a CLI run, seen from outside prefect (issue 11, item 8).
+"""The temporary ("ephemeral") Prefect API server of a CLI run, seen from outside prefect.
 
 A CLI run without ``PREFECT_API_URL`` makes prefect start ``python -m uvicorn … --factory
 prefect.server.api.server:create_app`` as a child process, with the run's environment (so

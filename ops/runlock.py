@@ -1,4 +1,4 @@
-"""One run per data dir: an OS-level file lock held for the whole of a CLI run (issue 11, item 7).
+"""One run per data dir: an OS-level file lock held for the whole of a CLI run.
 
 The lock is ``DATA_DIR/.run.lock``, taken with :class:`filelock.FileLock` (``flock``; never a soft
 lock): the kernel releases it when the holding process ends, however it ends, so a SIGKILLed run

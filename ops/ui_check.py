@@ -1,4 +1,4 @@
-"""Browser check of the Prefect UI: headless Chromium opens the last pipeline flow run (issue 7, item 7).
+"""Browser check of the Prefect UI: headless Chromium opens the last pipeline flow run.
 
     python -m ops.ui_check --api-url http://127.0.0.1:4200/api --data-dir data
 

@@ -15,6 +15,26 @@ from model.training import autocast, resolve_device
 
 
 @torch.no_grad()
+def _pooled_sums(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, the sum of its char states (``mean``) or its [CLS] state times its char count (``cls``),
+    and that char count ([CLS] and [SEP] excluded): ``states`` (batch, seq_len, hidden) ->
+    ((batch, hidden), (batch,)), so that windows of one text average by char count.
+
+    Raises:
+        ValueError: an unknown ``pooling``.
+    """
+    mask = attention_mask.clone()
+    mask[:, 0] = 0  # [CLS]
+    lengths = attention_mask.sum(1)
+    mask[torch.arange(len(mask), device=mask.device), lengths - 1] = 0  # [SEP]
+    n = mask.sum(1).cpu().numpy()
+    if pooling == "cls":
+        return (states[:, 0] * mask.sum(1, keepdim=True)).cpu().numpy(), n
+    if pooling == "mean":
+        return (states * mask.unsqueeze(-1)).sum(1).cpu().numpy(), n
+    raise ValueError(f"unknown pooling {pooling!r} (cls, mean)")
+
+
 def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
                 max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13,
                 on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean") -> np.ndarray:
@@ -49,17 +69,7 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
         batch = {k: v.to(dev) for k, v in collate([windows[j] for j in idx], max_words).items()}
         with autocast(dev):
             states = model(**batch).last_hidden_state.float()
-        mask = batch["attention_mask"].clone()
-        mask[:, 0] = 0  # [CLS]
-        lengths = batch["attention_mask"].sum(1)
-        mask[torch.arange(len(idx), device=dev), lengths - 1] = 0  # [SEP]
-        n = mask.sum(1).cpu().numpy()
-        if pooling == "cls":
-            summed = (states[:, 0] * mask.sum(1, keepdim=True)).cpu().numpy()
-        elif pooling == "mean":
-            summed = (states * mask.unsqueeze(-1)).sum(1).cpu().numpy()
-        else:
-            raise ValueError(f"unknown pooling {pooling!r} (cls, mean)")
+        summed, n = _pooled_sums(states, batch["attention_mask"], pooling)
         for row, j in enumerate(idx):
             sums[owner[j]] += summed[row]
             counts[owner[j]] += n[row]

@@ -12,7 +12,7 @@ The whole folder is built under a temporary name and renamed into place, so a re
 old table or the new one, never a half-written shard. Readers list shards from the manifest,
 never by globbing.
 
-Streaming (issue 16): :func:`iter_table` yields a table shard by shard (or in record batches of a
+Streaming (SPEC §1): :func:`iter_table` yields a table shard by shard (or in record batches of a
 bounded number of rows) and :class:`TableWriter` writes shards as rows arrive, holding at most
 ``rows_per_shard`` rows per partition, and the manifest at the end; its shards and manifest are
 byte-identical to :func:`write_table` on the concatenated rows. Both names and signatures are stable.

@@ -117,10 +117,12 @@ def parts_dir(data_dir: str | Path, stage: Stage) -> Path:
     return Path(data_dir) / PARTS_ROOT / stage.name
 
 
-def stage_cache_key(stage: Stage, part: str | None = None) -> Callable[[Any, dict], str]:
+def stage_cache_key(stage: Stage, part: str | None = None, task_source: str | None = None) -> Callable[[Any, dict], str]:
     """A Prefect ``cache_key_fn`` for ``stage`` (see the module docstring). With ``part`` (a file suffix such as
     ``".parquet"``, or ``""`` for a folder), the stage is a mapped part (or plan) whose output is what
-    :func:`storage.mapped.part_file` names by the key."""
+    :func:`storage.mapped.part_file` names by the key. ``task_source``: the task body's source, read once
+    where the task is defined (a task shipped by value to a Dask worker process has no source file there);
+    None reads it from the running task."""
 
     def key(context, parameters: dict) -> str:
         data_dir = Path(parameters["data_dir"])
@@ -129,7 +131,7 @@ def stage_cache_key(stage: Stage, part: str | None = None) -> Callable[[Any, dic
             raise TypeError(f"stage {stage.name} takes a {stage.config.__name__}, got {type(cfg).__name__}")
         k = json_sha256({
             "stage": stage.name,
-            "task": inspect.getsource(context.task.fn),
+            "task": task_source if task_source is not None else inspect.getsource(context.task.fn),
             "code": stage.code_version(),
             "params": jsonable({n: v for n, v in parameters.items() if n != "data_dir"}),
             "inputs": {n: path_fingerprint(p) for n, p in stage.read_paths(data_dir, parameters).items()},
@@ -195,7 +197,8 @@ def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[
 
     def decorate(fn: Callable):
         body = _plain_result(fn if part is not None or not stage.writes else _stamping(stage, fn))
-        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, part), persist_result=True,
+        source = inspect.getsource(body)
+        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, part, source), persist_result=True,
                     result_serializer="json", **options)(body)
 
     return decorate

@@ -11,7 +11,7 @@ from tests.answer_builders import build_data_dir, fit_test_scorer
 
 @pytest.mark.slow
 def test_page_in_chromium_shows_answer_and_source(tmp_path):
-    from answers.browser import ask_in_browser, served
+    from ops.answer_page import ask_in_browser, served
     from ops.ui_check import UICheckError, find_chromium
     from retrieval.sparse import make_tokenizer
 

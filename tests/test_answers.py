@@ -181,7 +181,7 @@ def test_page_checks_input_keeps_serving_and_reads_current_per_request(data, ans
 
 
 def test_answer_library_and_its_clis_do_not_import_prefect():
-    mods = ["answers", "answers.web", "answers.evaluate", "answers.fit", "answers.browser", "flows.ask",
+    mods = ["answers", "answers.web", "answers.evaluate", "answers.fit", "ops.answer_page", "flows.ask",
             "flows.serve", "flows.answer_eval"]
     code = ("import importlib, sys\n"
             f"for m in {mods!r}:\n"

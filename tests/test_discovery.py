@@ -1,4 +1,4 @@
-"""Discovery (issue 15): TRS / Hanweb / ?page=N listings, sitemap index via robots.txt, RSS and Atom feeds,
+"""Discovery (SPEC §2): TRS / Hanweb / ?page=N listings, sitemap index via robots.txt, RSS and Atom feeds,
 the since cut-off, the known-only stop on a second crawl, failing sources, registry validation. Real local
 servers on 127.0.0.x (tests/discovery_hosts.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Structure of extracted HTML (issue 15, item 5), on pages built like the held-out real ones and run
+"""Structure of extracted HTML (SPEC §2), on pages built like the held-out real ones and run
 through the crawl's extraction entry point (:class:`crawler.sandbox.ExtractionPool`, i.e. a worker
 process calling :func:`crawler.extract.extract`): a TRS 信息公开 page whose header table (索引号,
 发文机关, 成文日期 …) goes to metadata and not into the body, a penalty-disclosure page whose body is

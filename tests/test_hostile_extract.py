@@ -1,4 +1,4 @@
-"""Hostile bodies against extraction (issue 13), on crafted files: a FlateDecode bomb, a gigapixel
+"""Hostile bodies against extraction, on crafted files: a FlateDecode bomb, a gigapixel
 OCR page, too many pages, a PDF that parses forever, 100k nested tags, NUL characters; and a failed
 page is not extracted again until its bytes change. Each bounded to seconds and the pool's memory cap."""
 import io

@@ -1,4 +1,4 @@
-"""Hostile hosts against the fetcher (issue 13), on real local servers (127.0.0.x): URL-policy
+"""Hostile hosts against the fetcher, on real local servers (127.0.0.x): URL-policy
 bypasses (SSRF), unbounded robots.txt, huge Crawl-delay / Retry-After, trickled headers and bodies,
 decompression bombs. Every probe is bounded in time (seconds) and memory (tracemalloc peaks)."""
 import itertools

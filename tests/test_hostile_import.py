@@ -1,4 +1,4 @@
-"""Bad import CSVs (issue 13): an unbalanced quote must not merge rows silently; it is one
+"""Bad import CSVs: an unbalanced quote must not merge rows silently; it is one
 ``error:`` line naming the line. Control characters (NUL …) leave every field."""
 import csv
 import subprocess

@@ -127,7 +127,8 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     man = json.loads((root / "v1" / "manifest.json").read_text())
     assert (root / "v1" / "sparse" / "tokens.parquet").is_file() and man["sparse"]["backend"]
     fit = man["fusion"]
-    assert fit["fitted"] and fit["queries"] == 16 and len(fit["curve"]) == FusionConfig().grid + 1
+    assert fit["fitted"] and fit["queries"] == 8  # lead queries only (titles are what the evaluation reports)
+    assert len(fit["curve"]) == FusionConfig().grid + 1
     objective = lambda m: m["recall@10"] + m["mrr@10"]  # noqa: E731
     assert objective(fit["hybrid"]) >= max(objective(fit["dense"]), objective(fit["sparse"]))
     best = max(c[1] for c in fit["curve"])  # the kept weight is the grid's best, ties to the one nearest 0.5

@@ -64,7 +64,7 @@ def test_epochs_are_deterministic_and_differ():
     assert to_chars("数据 A") == ["数", "据", "a"]
 
 
-# --- streaming build (issue 16): per-group generation, spill by group, shard-size independence ---------------
+# --- streaming build (SPEC §1): per-group generation, spill by group, shard-size independence ---------------
 
 def _tables(tmp_path, name, rows_per_shard, n_docs=9, n_sents=7):
     """The sentences and segments tables of a corpus written with ``rows_per_shard`` rows per shard."""

@@ -1,4 +1,4 @@
-"""Streaming text stages (issue 16): shard by shard, the same bytes whatever the shard size.
+"""Streaming text stages (SPEC §1): shard by shard, the same bytes whatever the shard size.
 
 A corpus of a few hundred small documents (sentences of the real policy corpus, with exact and near
 duplicates published earlier than their originals) goes through every text stage twice: with tiny
