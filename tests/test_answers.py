@@ -169,6 +169,9 @@ def test_page_checks_input_keeps_serving_and_reads_current_per_request(data, ans
     import shutil
 
     shutil.copytree(data / "index" / "v1", data / "index" / "v2")
+    manifest = data / "index" / "v2" / "manifest.json"  # a version's manifest names that version
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text(encoding="utf-8")), "version": "v2"}),
+                        encoding="utf-8")
     (data / "index" / "CURRENT").write_text("v2")
     try:
         assert c.get("/api/answer", params={"q": "养老服务体系", "k": "2"}).json()["version"] == "v2"

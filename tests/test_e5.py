@@ -3,6 +3,7 @@ on a slice of the real corpus, the clear errors on a missing or damaged file, an
 from __future__ import annotations
 
 import csv
+import json
 import importlib.util
 import struct
 import sys
@@ -208,3 +209,21 @@ def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, wo
         theirs = bert(rows).last_hidden_state
     assert rows[0, 0] == 0 and rows[0, -1] == 2
     assert torch.allclose(mine, theirs, atol=1e-4)
+
+
+def test_backbone_stage_char_init_and_retrieval_only(converted, tmp_path):
+    """``models/e5`` is the converted encoder either way; ``models/backbone`` is a 2-layer char checkpoint
+    with ``char_init`` and only the marker without it (PolicyBERT then trains from scratch)."""
+    from model.backbone_stage import BackboneConfig, backbone_stage, has_checkpoint
+    from model.stages import resolve_char_backbone
+
+    cache = converted.parent
+    out = backbone_stage(tmp_path / "e5", tmp_path / "bb", cache, BackboneConfig(kind="e5", layers=2))
+    assert out["layers"] == 2 and has_checkpoint(tmp_path / "e5") and has_checkpoint(tmp_path / "bb")
+    assert json.loads((tmp_path / "bb" / "config.json").read_text())["num_hidden_layers"] == 2
+    out = backbone_stage(tmp_path / "e5b", tmp_path / "bbb", cache, BackboneConfig(kind="e5", char_init=False))
+    assert out["char_init"] is False and has_checkpoint(tmp_path / "e5b") and not has_checkpoint(tmp_path / "bbb")
+    assert (tmp_path / "e5b" / "model.safetensors").stat().st_size == (converted / "model.safetensors").stat().st_size
+    assert resolve_char_backbone(None, str(tmp_path / "bbb")) is None
+    with pytest.raises(ValueError, match="char_init"):
+        BackboneConfig(char_init="no")
