@@ -58,7 +58,7 @@ class PipelineConfig:
     # cpu-small: e5 is converted for the retrieval encoder (SPEC §8), PolicyBERT trains from scratch. Measured on
     # the real corpus (2 cores): PolicyBERT from e5's first 4 layers (~1.25 s per pretraining step, 200 + 600
     # steps at lr 1e-4) stays at chance on PolicySM-1 (test 0.500, overlap LR 0.674); from scratch at this budget
-    # it learns (0.715). --set backbone.char_init=true starts PolicyBERT from e5 (gpu-base does, all 12 layers).
+    # it learns (0.708). --set backbone.char_init=true starts PolicyBERT from e5 (gpu-base does, all 12 layers).
     backbone: BackboneConfig = BackboneConfig(kind="e5", layers=4, char_init=False)
     pretrain_data: PretrainDataConfig = PretrainDataConfig(max_len=64)
     pretrain_epochs: int = 3
