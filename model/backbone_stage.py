@@ -12,7 +12,8 @@ checkpoint, cached by the file's sha256). This stage writes two checkpoints unde
 With ``kind="none"`` (the ``tiny`` test profile) both hold only ``backbone.json`` and PolicyBERT trains from
 scratch; with ``char_init=False`` only ``models/backbone`` does: PolicyBERT trains from scratch while the
 retrieval encoder can still be the pretrained one (``cpu-small``: on 2 cores a 4-layer slice of e5 does not
-learn PolicySM-1 within the job's budget, a small model from scratch does). A user's own BERT (bge-base-zh-v1.5) still comes in through ``--char-backbone DIR``.
+learn PolicySM-1 within the job's budget, a small model from scratch does). A user's own BERT
+(bge-base-zh-v1.5) still comes in through ``--char-backbone DIR``.
 """
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ from model.features import CharEncoder, WordMatcher, collate, encode, to_chars
 from model.training import autocast, resolve_device
 
 
-@torch.no_grad()
 def _pooled_sums(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> tuple[np.ndarray, np.ndarray]:
     """Per window, the sum of its char states (``mean``) or its [CLS] state times its char count (``cls``),
     and that char count ([CLS] and [SEP] excluded): ``states`` (batch, seq_len, hidden) ->
@@ -35,6 +34,7 @@ def _pooled_sums(states: torch.Tensor, attention_mask: torch.Tensor, pooling: st
     raise ValueError(f"unknown pooling {pooling!r} (cls, mean)")
 
 
+@torch.no_grad()
 def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
                 max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13,
                 on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean") -> np.ndarray:

@@ -117,12 +117,11 @@ def parts_dir(data_dir: str | Path, stage: Stage) -> Path:
     return Path(data_dir) / PARTS_ROOT / stage.name
 
 
-def stage_cache_key(stage: Stage, part: str | None = None, task_source: str | None = None) -> Callable[[Any, dict], str]:
-    """A Prefect ``cache_key_fn`` for ``stage`` (see the module docstring). With ``part`` (a file suffix such as
-    ``".parquet"``, or ``""`` for a folder), the stage is a mapped part (or plan) whose output is what
-    :func:`storage.mapped.part_file` names by the key. ``task_source``: the task body's source, read once
-    where the task is defined (a task shipped by value to a Dask worker process has no source file there);
-    None reads it from the running task."""
+def stage_cache_key(stage: Stage, task_source: str, part: str | None = None) -> Callable[[Any, dict], str]:
+    """A Prefect ``cache_key_fn`` for ``stage`` (see the module docstring). ``task_source``: the task body's
+    source, read once where the task is defined (a task shipped by value to a Dask worker process has no source
+    file to read there). With ``part`` (a file suffix such as ``".parquet"``, or ``""`` for a folder), the stage
+    is a mapped part (or plan) whose output is what :func:`storage.mapped.part_file` names by the key."""
 
     def key(context, parameters: dict) -> str:
         data_dir = Path(parameters["data_dir"])
@@ -131,7 +130,7 @@ def stage_cache_key(stage: Stage, part: str | None = None, task_source: str | No
             raise TypeError(f"stage {stage.name} takes a {stage.config.__name__}, got {type(cfg).__name__}")
         k = json_sha256({
             "stage": stage.name,
-            "task": task_source if task_source is not None else inspect.getsource(context.task.fn),
+            "task": task_source,
             "code": stage.code_version(),
             "params": jsonable({n: v for n, v in parameters.items() if n != "data_dir"}),
             "inputs": {n: path_fingerprint(p) for n, p in stage.read_paths(data_dir, parameters).items()},
@@ -197,8 +196,7 @@ def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[
 
     def decorate(fn: Callable):
         body = _plain_result(fn if part is not None or not stage.writes else _stamping(stage, fn))
-        source = inspect.getsource(body)
-        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, part, source), persist_result=True,
-                    result_serializer="json", **options)(body)
+        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, inspect.getsource(body), part),
+                    persist_result=True, result_serializer="json", **options)(body)
 
     return decorate
