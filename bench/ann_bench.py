@@ -7,7 +7,8 @@
 - which kind ``IndexConfig()`` (``kind="auto"``) picks at this size;
 - refresh after editing one document vs a full build, through the real index-building function
   (``retrieval.build.refresh_index``: dense + BM25 side + fusion fit), and the BM25 side alone
-  (``retrieval.sparse_build.build_sparse_side``: full vs reusing the previous version's tokens).
+  (``retrieval.sparse_build.build_sparse_side``: full vs composing the previous version's term counts). A refresh
+  edits the HNSW graph in place and carries the fusion weights over (``retrieval.ann_update``, ``FusionConfig.refit_share``).
 
 Vectors: by default a fixed, untrained text encoder that is cheap enough for 33k chunks on 2 cores: hashed char
 1-2-gram counts (scikit-learn ``HashingVectorizer``, 2^18 features, log1p tf) through a seeded sparse random
@@ -131,7 +132,8 @@ def refresh_vs_full(docs: pd.DataFrame, enc, model_id: str, cfg: IndexConfig, tm
           f"{full['sparse_tokenized']}, ANN build {full['index_build_seconds']:.2f} s, "
           f"recall@10 at build {full['ann_recall@10']}")
     print(f"  refresh:    {inc['seconds']:7.2f} s  embedded {inc['embedded']}, reused {inc['reused']}, removed "
-          f"{inc['removed']}, tokenized {inc['sparse_tokenized']}, ANN build {inc['index_build_seconds']:.2f} s "
+          f"{inc['removed']}, tokenized {inc['sparse_tokenized']}, ANN {'edited in place' if inc['index_in_place'] else 'rebuilt'} "
+          f"in {inc['index_build_seconds']:.2f} s, fusion {'refitted' if inc['fusion_refit'] else 'carried over'} "
           f"(document {edited} edited)")
     print(f"  ratio refresh/full: {inc['seconds'] / full['seconds']:.3f} (target <= 0.10)")
     plan_full = {"previous": None, "model_id": model_id}

@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from retrieval.dense import IndexConfig, build_index_with_report
+from retrieval.ann_update import refresh_ann
+from retrieval.dense import IndexConfig, search_params
 from retrieval.fusion import FusionConfig
 from retrieval.sparse import SparseConfig, Tokenize
 from retrieval.sparse_build import build_sparse_side
@@ -111,11 +112,13 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
 
     ``parts``: the records of the embedded parts (``path``, ``sha256``) in part order, as the mapped embedding
     tasks returned them; each file is checked against its sha256. Without it the parts are read from staging.
-    The FAISS index is of the kind ``IndexConfig`` resolves to for this many chunks, rebuilt from all vectors
-    on every publish; the manifest's ``ann`` records its kind, build time and (approximate kinds) its recall.
+    The FAISS index is of the kind ``IndexConfig`` resolves to for this many chunks: an approximate one is
+    updated in place from the serving version when the encoder and settings are the same and its drift allows
+    (:func:`retrieval.ann_update.refresh_ann`), else rebuilt from all vectors; the manifest's ``ann`` records
+    its kind, build time, drift, tombstones and (approximate kinds) the recall measured at its build.
 
     Returns stats: version, previous, full_rebuild, reused, embedded, removed, size, index_kind,
-    index_build_seconds, ann_recall@10 (None for an exact index), retired (+ sparse_tokenized,
+    index_build_seconds, ann_recall@10 (None for an exact index), index_in_place, retired (+ sparse_tokenized,
     fusion_w_dense, ... with a sparse side).
 
     Raises:
@@ -127,13 +130,17 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
     embed = _once(embed_factory)
     vectors = _assemble(staging, plan, len(chunks), n_parts, parts, embed)
     cfg = IndexConfig(**plan["index"])
-    index, ann = build_index_with_report(vectors, chunks["chunk_id"].to_numpy(np.int64), cfg)
+    root, prev = Path(index_root), plan["previous"]
+    prev_man = _readable_manifest(root, prev)
+    index, ann = refresh_ann(root / prev if prev else None, prev_man, vectors, chunks["chunk_id"].to_numpy(np.int64),
+                             cfg, same_encoder=not plan["full_rebuild"])
     man = {**(manifest or {}), "model_id": plan["model_id"], "index": plan["index"], "dim": int(vectors.shape[1]),
            "ann": ann}
     extra_stats, write_extra = {}, None
     if sparse is not None:
-        side = build_sparse_side(Path(index_root), plan, chunks, index, sparse, tokenizer, fusion_queries,
-                                 query_embed_factory or embed, fusion, vectors=vectors, passage_embed_factory=embed)
+        side = build_sparse_side(root, plan, chunks, index, sparse, tokenizer, fusion_queries,
+                                 query_embed_factory or embed, fusion, vectors=vectors, passage_embed_factory=embed,
+                                 search_params=search_params(index, ann))
         man.update(side.manifest)
         extra_stats, write_extra = side.stats, side.write
     version = publish_version(index_root, index, chunks, man, vectors, write_extra=write_extra)
@@ -142,8 +149,20 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
         shutil.rmtree(staging, ignore_errors=True)
     return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
             "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
-            "size": int(index.ntotal), "index_kind": ann["kind"], "index_build_seconds": ann["build_seconds"],
-            f"ann_recall@{cfg.recall_k}": ann.get(f"recall@{cfg.recall_k}"), "retired": retired, **extra_stats}
+            "size": int(index.ntotal) - int(ann.get("tombstones", 0)), "index_kind": ann["kind"], "index_build_seconds": ann["build_seconds"],
+            f"ann_recall@{cfg.recall_k}": ann.get(f"recall@{cfg.recall_k}"), "index_in_place": ann["in_place"],
+            "retired": retired, **extra_stats}
+
+
+def _readable_manifest(root: Path, version: str | None) -> dict:
+    """The manifest of ``version`` ({} when there is none or it cannot be read: the next index is built)."""
+    if version is None:
+        return {}
+    try:
+        return read_manifest(root, version)
+    except (OSError, ValueError) as exc:
+        log.warning("index %s: manifest not readable (%s); the dense index is rebuilt", version, exc)
+        return {}
 
 
 def _once(factory: Callable[[], Embed]) -> Callable[[], Embed]:

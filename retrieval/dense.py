@@ -30,7 +30,9 @@ class IndexConfig:
     ``recall_queries`` indexed vectors (seeded sample) are searched at build time to measure the ANN's
     recall@``recall_k`` against exact search (:func:`ann_recall_report`). ``keep_versions``: the newest
     index versions kept on disk after a publish (besides the serving one and pinned ones,
-    :func:`retrieval.versions.retire_versions`); at least 1.
+    :func:`retrieval.versions.retire_versions`); at least 1. ``rebuild_share``: an approximate index is
+    updated in place by a refresh until the vectors added or removed since its build exceed this share of it,
+    then rebuilt (:mod:`retrieval.ann_update`; 0: always rebuilt).
 
     Defaults from ``bench/ann_bench.py`` at 21x (33,454 chunks x 128): HNSW at ``ef_search`` 256 keeps recall@10
     0.93 on held-out title queries (0.79 at 64), IVF needs ``nprobe`` 64 of 4 sqrt(n) lists for 0.85.
@@ -49,6 +51,7 @@ class IndexConfig:
     recall_queries: int = 500
     recall_k: int = 10
     keep_versions: int = 5
+    rebuild_share: float = 0.2
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -57,7 +60,7 @@ class IndexConfig:
             raise ValueError(f"unknown ann_kind {self.ann_kind!r} (one of {ANN_KINDS})")
         check_bounds(self, ann_min_vectors=(1, None), nlist=(0, 1 << 20), nprobe=(1, 1 << 20), hnsw_m=(2, 256),
                      ef_construction=(1, 1 << 16), ef_search=(1, 1 << 16), seed=(0, 2 ** 31 - 1),
-                     recall_queries=(0, 1_000_000), recall_k=(1, 10_000))
+                     recall_queries=(0, 1_000_000), recall_k=(1, 10_000), rebuild_share=(0, 1))
         if isinstance(self.keep_versions, bool) or not isinstance(self.keep_versions, int) or self.keep_versions < 1:
             raise ValueError(f"keep_versions must be an integer >= 1, got {self.keep_versions!r}")
 
@@ -77,7 +80,7 @@ def ivf_nlist(cfg: IndexConfig, n: int) -> int:
 
 
 @contextmanager
-def _omp_threads(n: int | None):
+def omp_threads(n: int | None):
     """FAISS's OpenMP thread count set to ``n`` inside the block (unchanged when None), restored after."""
     if n is None:
         yield
@@ -123,7 +126,7 @@ def build_index(vectors: np.ndarray, ids: np.ndarray, cfg: IndexConfig = IndexCo
         index = faiss.IndexIDMap2(hnsw)
         threads = 1 if cfg.deterministic else None
     if len(ids):
-        with _omp_threads(threads):
+        with omp_threads(threads):
             index.add_with_ids(vectors, ids)
     return index
 
@@ -172,17 +175,33 @@ def ann_recall_report(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, 
     return {f"recall@{k}": r, "k": k, "queries": int(len(rows)), "seconds": time.perf_counter() - t0}
 
 
-def search_rows(index: faiss.Index, query_vecs: np.ndarray, depth: int, row_of: dict[int, int] | None = None
-                ) -> tuple[list[list[int]], list[list[float]]]:
+def search_params(index: faiss.Index, ann: dict) -> faiss.SearchParameters | None:
+    """FAISS search parameters that keep tombstoned nodes (id -1 in the ID map, left by an in-place HNSW update,
+    :mod:`retrieval.ann_update`) out of the results, for a version whose manifest entry ``ann`` counts
+    tombstones; None when there are none (plain search)."""
+    if not int(ann.get("tombstones", 0)):
+        return None
+    tomb = faiss.IDSelectorRange(-1, 0)
+    live = faiss.IDSelectorNot(tomb)
+    inner = faiss.downcast_index(faiss.downcast_index(index).index)
+    params = faiss.SearchParametersHNSW(sel=live, efSearch=int(inner.hnsw.efSearch))
+    params.referenced_objects = [tomb, live]  # the C++ params hold raw pointers to both
+    return params
+
+
+def search_rows(index: faiss.Index, query_vecs: np.ndarray, depth: int, row_of: dict[int, int] | None = None,
+                params: faiss.SearchParameters | None = None) -> tuple[list[list[int]], list[list[float]]]:
     """The one "FAISS search -> rows" step: the top ``depth`` hits of each query vector (q, dim), as chunk rows
     (``row_of[id]``; the ids themselves when ``row_of`` is None) and their inner-product scores, best first;
-    empty slots (fewer vectors than ``depth``) dropped. ``depth`` is capped at the index size.
+    empty slots (fewer vectors than ``depth``) dropped. ``depth`` is capped at the index size. ``params``:
+    :func:`search_params` of the version (None: plain search).
 
     Returns:
         (rows, scores): two lists of q lists.
     """
     depth = max(1, min(int(depth), int(index.ntotal)))
-    scores, ids = index.search(np.ascontiguousarray(query_vecs, dtype=np.float32), depth)
+    x = np.ascontiguousarray(query_vecs, dtype=np.float32)
+    scores, ids = index.search(x, depth) if params is None else index.search(x, depth, params=params)
     rows, vals = [], []
     for srow, irow in zip(scores, ids):
         keep = irow >= 0

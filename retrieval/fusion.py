@@ -34,7 +34,9 @@ class FusionConfig:
     """rrf_k: RRF damping constant (60, Cormack et al.); depth: candidates taken from each side;
     grid: steps of the ``w_dense`` grid; max_queries: mined fit queries kept (seeded sample);
     lead_min/lead_max: chars of a lead sentence used as a query; mask_leads: fit on a corpus copy with the
-    lead queries cut out of their chunks (ICT); seed: sampling seed."""
+    lead queries cut out of their chunks (ICT); seed: sampling seed; refit_share: share of the chunks that may be
+    added or removed since the last fit (cumulated over refreshes) before a refresh fits the weights again (0:
+    every refresh refits; the encoder, the sparse key or this config changing always refits)."""
 
     rrf_k: int = 60
     depth: int = 100
@@ -44,10 +46,11 @@ class FusionConfig:
     lead_max: int = 60
     mask_leads: bool = True
     seed: int = 13
+    refit_share: float = 0.05
 
     def __post_init__(self):
         check_bounds(self, rrf_k=(0, 1_000_000), depth=(1, 1_000_000), grid=(1, 10_000), max_queries=(1, None),
-                     lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1))
+                     lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1), refit_share=(0, 1))
         check_order(self, "lead_min", "lead_max")
 
 

@@ -3,7 +3,8 @@
 :mod:`retrieval.build`."""
 from retrieval.build import embed_staged, publish_staged, refresh_index, stage_refresh, staging_dir  # noqa: F401
 from retrieval.dense import (ANN_KINDS, KINDS, IndexConfig, ann_recall_report, build_flat_index,  # noqa: F401
-                             build_index, build_index_with_report, ivf_nlist, resolve_kind, search_rows)
+                             build_index, build_index_with_report, ivf_nlist, resolve_kind, search_params,
+                             search_rows)
 from retrieval.retrievers import search  # noqa: F401
 from retrieval.versions import CURRENT, IndexLoadError, check_version, current_version  # noqa: F401
 from retrieval.versions import load_version as load_index  # noqa: F401

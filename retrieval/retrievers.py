@@ -14,7 +14,7 @@ import faiss
 import numpy as np
 import pandas as pd
 
-from retrieval.dense import search_rows
+from retrieval.dense import search_params, search_rows
 from retrieval.encoders import Encoder
 from retrieval.encoding import encode_queries
 from retrieval.fusion import fuse
@@ -46,12 +46,19 @@ class DenseRetriever:
     Args:
         index: FAISS index over the chunk vectors, ids mapped to rows by ``row_of`` (None: the ids are rows).
         encoder: has ``encode_queries`` (:mod:`retrieval.encoding`). vectors: the stored chunk vectors (n, dim),
-            to score a row outside the searched candidates (optional).
+            to score a row outside the searched candidates (optional). ann: the version's manifest entry
+            ``ann`` (its tombstones, :func:`retrieval.dense.search_params`; None: none).
     """
 
     def __init__(self, index: faiss.Index, encoder, row_of: dict[int, int] | None = None,
-                 vectors: np.ndarray | None = None):
+                 vectors: np.ndarray | None = None, ann: dict | None = None):
         self.index, self.encoder, self.row_of, self.vectors = index, encoder, row_of, vectors
+        self.ann = ann or {}
+
+    def search_rows(self, query_vecs: np.ndarray, depth: int) -> tuple[list[list[int]], list[list[float]]]:
+        """:func:`retrieval.dense.search_rows` over this index (search parameters made per call: FAISS edits
+        them during a search, so concurrent searches must not share them)."""
+        return search_rows(self.index, query_vecs, depth, self.row_of, search_params(self.index, self.ann))
 
     def search(self, query: str, k: int) -> list[Hit]:
         """Top-``k`` chunks for ``query``, best first."""
@@ -59,7 +66,7 @@ class DenseRetriever:
 
     def search_vectors(self, query_vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Top-``k`` hits per query vector (q, dim)."""
-        rows, scores = search_rows(self.index, query_vecs, k, self.row_of)
+        rows, scores = self.search_rows(query_vecs, k)
         return [[Hit(r, s, dense_score=s, dense_rank=i + 1) for i, (r, s) in enumerate(zip(rr, ss))]
                 for rr, ss in zip(rows, scores)]
 
@@ -114,7 +121,7 @@ class HybridRetriever:
         qv = encode_queries(self.dense.encoder, queries) if order != "sparse" else None
         toks = self.sparse.tokenize(list(queries)) if self.sparse is not None else [None] * len(queries)
         depth = max(self.depth, k)
-        d_rows, d_scores = (search_rows(self.dense.index, qv, depth, self.dense.row_of) if qv is not None
+        d_rows, d_scores = (self.dense.search_rows(qv, depth) if qv is not None
                             else ([[]] * len(queries), [[]] * len(queries)))
         return [self._rank(d_rows[i], d_scores[i], None if qv is None else qv[i], toks[i], depth, k, order)
                 for i in range(len(queries))]
@@ -178,7 +185,7 @@ class Retriever:
         self.encoder = Encoder.from_checkpoint(_verify(root, self.manifest), batch_size, device)
         self.vectors = np.load(vdir / "embeddings.npy", mmap_mode="r") if (vdir / "embeddings.npy").is_file() else None
         row_of = {int(c): k for k, c in enumerate(self.chunks["chunk_id"])}
-        self.dense = DenseRetriever(self.index, self.encoder, row_of, self.vectors)
+        self.dense = DenseRetriever(self.index, self.encoder, row_of, self.vectors, self.manifest.get("ann"))
         self._tokenize = tokenizer
         sp = self.manifest.get("sparse")
         self.sparse = SparseRetriever(SparseIndex.load(vdir / sp["dir"]), self.tokenize) if sp else None

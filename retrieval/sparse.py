@@ -1,10 +1,11 @@
 """Sparse side of an index version (SPEC §7): BM25 over the segmenter's tokens, with ``bm25s``.
 
 Chunks are tokenized with the corpus segmenter (``corpus.segment.load_segmenter``; tokens without a
-letter or digit dropped, Latin lower-cased) and scored with Okapi BM25 (Robertson & Zaragoza 2009,
+letter or digit dropped, Latin lower-cased), counted (:mod:`retrieval.term_counts`) and scored with Okapi BM25 (Robertson & Zaragoza 2009,
 "The Probabilistic Relevance Framework: BM25 and Beyond"; Lucene's IDF variant as implemented by
-bm25s, Lù 2024, arXiv:2407.03618). ``index/vN/sparse/`` holds the bm25s matrices and
-``tokens.parquet`` (``chunk_id, tokens``) so a refresh re-tokenizes only new or changed chunks.
+bm25s, Lù 2024, arXiv:2407.03618). ``index/vN/sparse/`` holds the bm25s matrices and the term counts
+(``counts.npz``, ``vocab.parquet``) so a refresh tokenizes only new or changed chunks and copies the counts of
+the others; versions written before the counts hold ``tokens.parquet`` (``chunk_id, tokens``), still read.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from corpus.segment import load_segmenter
+from retrieval.term_counts import TermCounts, bm25_from_counts
 from storage.bounds import check_bounds, check_choice
 
 TOKENS = "tokens.parquet"
@@ -74,10 +76,12 @@ class SparseIndex:
     @classmethod
     def build(cls, tokens: Sequence[Sequence[str]], cfg: SparseConfig = SparseConfig()) -> "SparseIndex":
         """Index token lists (one per chunk; an empty list is a chunk no query matches)."""
-        corpus = [list(t) if len(t) else [""] for t in tokens]
-        bm25 = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method)
-        bm25.index(corpus, show_progress=False)
-        return cls(bm25, len(corpus))
+        return cls.from_counts(TermCounts.from_tokens(np.arange(len(tokens)), tokens), cfg)
+
+    @classmethod
+    def from_counts(cls, counts: TermCounts, cfg: SparseConfig = SparseConfig()) -> "SparseIndex":
+        """Index the chunks' term counts (:mod:`retrieval.term_counts`; the scores bm25s gives their tokens)."""
+        return cls(bm25_from_counts(counts, cfg.k1, cfg.b, cfg.method), int(counts.counts.shape[0]))
 
     def save(self, out_dir: str | os.PathLike) -> None:
         """Write the bm25s matrices, vocabulary and parameters into ``out_dir``."""

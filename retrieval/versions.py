@@ -112,7 +112,8 @@ def publish_version(index_root: str | os.PathLike, index: faiss.Index, chunks: p
             np.save(tmp / "embeddings.npy", np.ascontiguousarray(vectors, dtype=np.float32))
         if write_extra is not None:
             write_extra(tmp)
-        (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": int(index.ntotal),
+        live = int(index.ntotal) - int((manifest.get("ann") or {}).get("tombstones", 0))
+        (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": live,
                                                       "chunks": int(len(chunks))},
                                                       ensure_ascii=False, indent=1, default=str))
     atomic_write_text(root / CURRENT, version)

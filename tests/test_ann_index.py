@@ -17,7 +17,7 @@ import pytest
 
 from retrieval.chunks import CHUNK_COLUMNS, chunk_id
 from retrieval.index import (IndexConfig, ann_recall_report, build_index, build_index_with_report, load_index,
-                             publish_index, refresh_index, resolve_kind)
+                             publish_index, refresh_index, resolve_kind, search_params, search_rows)
 
 DIM, TOPICS = 64, 50
 
@@ -144,16 +144,36 @@ def test_refresh_keeps_working_with_an_ann_index(tmp_path):
     index, chunks, man2 = load_index(tmp_path)
     stored = np.load(tmp_path / man2["version"] / "embeddings.npy")
     assert np.allclose(stored, enc(ch2["text"].tolist()), atol=1e-6)  # reused + fresh vectors, in chunk order
-    # the refreshed ANN index is the one a full build over the same vectors gives (deterministic)
-    assert np.array_equal(faiss.serialize_index(index), faiss.serialize_index(
-        build_index(stored, ch2["chunk_id"].to_numpy(np.int64), cfg)))
-    new_row = int(np.flatnonzero(ch2["text"].str.endswith(" edited"))[0])
-    _, top = index.search(stored[new_row:new_row + 1], 1)
-    assert top[0][0] == ch2["chunk_id"].iloc[new_row]
+    # 340 of 4,860 vectors changed (< rebuild_share): the HNSW graph is edited in place, removed nodes tombstoned
+    ann = man2["ann"]
+    assert s2["index_in_place"] and ann["in_place"] and ann["built_in"] == "v1" and ann["tombstones"] == 240
+    assert ann["drift"] == pytest.approx(340 / 4860, abs=1e-5) and index.ntotal == 4860 + 240
+    row_of = {int(c): k for k, c in enumerate(ch2["chunk_id"])}
+    rows, _ = search_rows(index, stored, 10, row_of, search_params(index, ann))  # every live vector, as a query
+    assert all(len(r) == 10 for r in rows)  # tombstones never take a slot (a KeyError above if one came back)
+    assert np.mean([r[0] == k for k, r in enumerate(rows)]) >= 0.99
+    rebuilt = build_index(stored, ch2["chunk_id"].to_numpy(np.int64), cfg)
+    full_rows, _ = search_rows(rebuilt, stored, 10, row_of)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, full_rows)]) >= 0.95
+    # past rebuild_share the index is rebuilt: the one a full build over the same vectors gives (deterministic)
+    enc.texts = 0
+    s2b = refresh_index(tmp_path, ch2, enc, "m1", IndexConfig(ann_min_vectors=4000, ann_kind="hnsw", rebuild_share=0.0))
+    assert not s2b["index_in_place"] and enc.texts == 0
+    index, _, man2b = load_index(tmp_path)
+    assert man2b["ann"]["tombstones"] == 0 and "drift" in man2b["ann"]["rebuilt"]
+    assert np.array_equal(faiss.serialize_index(index), faiss.serialize_index(rebuilt))
     # another ANN kind: only the FAISS structure is rebuilt, nothing re-embedded
     enc.texts = 0
-    s3 = refresh_index(tmp_path, ch2, enc, "m1", IndexConfig(ann_min_vectors=4000, ann_kind="ivf"))
+    ivf = IndexConfig(ann_min_vectors=4000, ann_kind="ivf")
+    s3 = refresh_index(tmp_path, ch2, enc, "m1", ivf)
     assert s3["embedded"] == enc.texts == 0 and s3["index_kind"] == "ivf" and s3["ann_recall@10"] >= 0.9
+    assert not s3["index_in_place"]
+    # IVF is edited in place too: removed ids leave their lists
+    s3b = refresh_index(tmp_path, ch2.iloc[:4700], enc, "m1", ivf)
+    index, _, man3b = load_index(tmp_path)
+    assert s3b["index_in_place"] and index.ntotal == 4700 and man3b["ann"]["tombstones"] == 0
+    kept = search_rows(index, stored[:4700], 1, {int(c): k for k, c in enumerate(ch2["chunk_id"].iloc[:4700])})[0]
+    assert np.mean([r[:1] == [k] for k, r in enumerate(kept)]) >= 0.95
     # shrinking below the threshold gives an exact index again
     s4 = refresh_index(tmp_path, ch2.iloc[:3000], enc, "m1", IndexConfig(ann_min_vectors=4000))
     assert s4["index_kind"] == "flat" and s4["ann_recall@10"] is None and enc.texts == 0
