@@ -21,7 +21,6 @@ miss, never deserialized: the stage runs again and rewrites it.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import json
@@ -31,24 +30,9 @@ from typing import Any, Callable
 from prefect import task
 
 from storage import json_sha256, path_fingerprint
+from storage.binding import jsonable  # noqa: F401  (re-exported: the tasks' results are made JSON-able)
 from storage.contracts import Stage
 from storage.mapped import PARTS_ROOT, part_file
-
-
-def jsonable(value: Any) -> Any:
-    """Dataclasses -> dicts, paths -> str, numpy scalars/arrays -> Python numbers/lists, recursively; other
-    values unchanged."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable(dataclasses.asdict(value))
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalar/array -> Python values
-        return value.tolist()
-    return value
 
 
 def record_path(key: str) -> Path:

@@ -9,7 +9,6 @@ their part files are named by the running task's cache key. Retries only on GPU-
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -26,6 +25,7 @@ from retrieval.hybrid import FusionConfig
 from retrieval.index import IndexConfig
 from retrieval.sparse import SparseConfig
 from storage import layout as L
+from storage.binding import bind, stage_function, stage_paths
 from storage.contracts import Registry, Stage
 from storage.mapped import part_file, part_record, prune_parts
 from tasks.artifacts import publish
@@ -35,45 +35,16 @@ from tasks.progress import crawl_rate_limit, progress_artifact
 GPU = {"retries": 1, "retry_delay_seconds": 10, "tags": ["gpu"]}
 
 
-def _paths(stage, data_dir: str, **params) -> dict:
-    """The stage's declared reads, writes and scratch folders under ``data_dir``, by name."""
-    return {**{n: Path(data_dir) / n for n in stage.scratch}, **stage.read_paths(data_dir, params),
-            **stage.write_paths(data_dir, params)}
+_paths = stage_paths
 
 
-def stage_function(stage: Stage) -> Callable:
-    """The library function named by ``stage.fn`` (``"module:function"``)."""
-    module, _, name = stage.fn.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any]) -> dict:
-    """Keyword arguments of ``fn`` for one run: the declared paths (those ``stage.args`` binds by name, the
-    other reads then writes positionally to the parameters ``args`` leaves), the task parameters ``fn`` names
-    (dataclasses as dicts where ``fn`` takes a dict) and a progress artifact for an ``on_step`` /
-    ``on_progress`` callback.
-
-    Raises:
-        KeyError: an ``args`` source that is neither a declared path nor a task parameter.
-    """
-    sig = inspect.signature(fn)
-    reads, writes = stage.read_paths(data_dir, params), stage.write_paths(data_dir, params)
-    sources = {**_paths(stage, data_dir, **params), "*reads": reads, "*writes": writes, **params}
-    named = set(stage.args.values())
-    named |= set(reads) if "*reads" in named else set()
-    named |= set(writes) if "*writes" in named else set()
-    declared = {**reads, **writes}
-    free = [p for p in sig.parameters if p not in stage.args]
-    kwargs = dict(zip(free, [path for name, path in declared.items() if name not in named]))
-    kwargs.update({p: sources[src] for p, src in stage.args.items()})
-    for name, p in sig.parameters.items():
-        if name in kwargs or name not in params:
-            continue
-        kwargs[name] = jsonable(params[name]) if p.annotation in (dict, "dict") else params[name]
-    for hook in {"on_step", "on_progress"} & set(sig.parameters):
+def _progress_hooks(stage: Stage, data_dir: str, params: Mapping[str, Any]) -> Callable[[str], Callable]:
+    """``on_step`` / ``on_progress`` callbacks of ``stage``: a progress artifact named after it."""
+    def hook(_name: str) -> Callable:
         outs = ", ".join(stage.write_paths(data_dir, params))
-        kwargs[hook] = progress_artifact(f"{stage.name}-progress", f"{stage.name} steps ({outs})")
-    return kwargs
+        return progress_artifact(f"{stage.name}-progress", f"{stage.name} steps ({outs})")
+
+    return hook
 
 
 def task_of(stage: Stage):
@@ -88,7 +59,7 @@ def task_of(stage: Stage):
         params = sig.bind(*args, **kwargs)
         params.apply_defaults()
         data_dir, params = params.arguments["data_dir"], {k: v for k, v in params.arguments.items() if k != "data_dir"}
-        out = fn(**bind(stage, fn, data_dir, params))
+        out = fn(**bind(stage, fn, data_dir, params, _progress_hooks(stage, data_dir, params)))
         publish(stage.name, out, stage.write_paths(data_dir, params))
         return {k: out[k] for k in stage.keep} if stage.keep else out
 
