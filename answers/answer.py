@@ -200,17 +200,18 @@ class Answerer:
 
     Raises (at construction):
         answers.scorer.ScorerMissingError: no fitted scorer (``scorer`` not given and none found).
+        ValueError: the scorer was fitted on other features (:func:`answers.scorer.check_features`).
     """
 
     def __init__(self, data_dir: str | os.PathLike, scorer=None, cfg: AnswerConfig = AnswerConfig(),
                  scorer_path: str | os.PathLike | None = None, tokenizer=None):
         import threading
 
-        from answers.scorer import load_scorer
+        from answers.scorer import check_features, load_scorer
 
         self.data_dir = Path(data_dir)
         self.cfg = cfg
-        self.scorer = scorer or load_scorer(self.data_dir, scorer_path)
+        self.scorer = check_features(scorer) if scorer is not None else load_scorer(self.data_dir, scorer_path)
         self._tokenizer = tokenizer
         self._backends: OrderedDict = OrderedDict()
         self._store: tuple[str, object] | None = None

@@ -213,10 +213,27 @@ def load_scorer(data_dir: str | os.PathLike, explicit: str | os.PathLike | None 
     """The scorer found by :func:`find_scorer`.
 
     Raises:
-        ScorerMissingError: none found. ValueError: the file is not a scorer.
+        ScorerMissingError: none found. ValueError: the file is not a scorer, or one fitted on other features
+            (:func:`check_features`).
     """
     p = find_scorer(data_dir, explicit)
     try:
-        return AnswerScorer.from_json(p.read_text(encoding="utf-8"))
+        return check_features(AnswerScorer.from_json(p.read_text(encoding="utf-8")))
     except (ValueError, json.JSONDecodeError) as exc:
         raise ValueError(f"{p} is not a readable answer scorer ({exc}): fit it again") from exc
+
+
+def check_features(scorer: AnswerScorer) -> AnswerScorer:
+    """``scorer`` when its models were fitted on the features :mod:`answers.features` computes now.
+
+    Raises:
+        ValueError: a model names other features (a scorer fitted by another version of the code).
+    """
+    from answers.features import DOC_FEATURES, SPAN_FEATURES
+
+    for what, model, names in (("document", scorer.doc, DOC_FEATURES), ("span", scorer.span, SPAN_FEATURES)):
+        if list(model.names) != list(names):
+            extra = sorted(set(names) ^ set(model.names))
+            raise ValueError(f"its {what} model was fitted on other features than this code computes "
+                             f"(differing: {', '.join(extra) or 'their order'})")
+    return scorer

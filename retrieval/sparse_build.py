@@ -173,10 +173,12 @@ def _chunk_counts(prev_dir: Path | None, ids: np.ndarray, chunks: pd.DataFrame, 
     if old is not None:
         known = set(old.chunk_ids.tolist())
         todo = [k for k, c in enumerate(ids) if int(c) not in known]
-        fresh = tokenize(chunks["text"].iloc[todo].tolist()) if todo else []
-        return old.compose(ids, dict(zip(todo, fresh)))
-    tokens, n = _chunk_tokens(prev_dir, ids, chunks, tokenize)
-    return TermCounts.from_tokens(ids, tokens), n
+        fresh = TermCounts.from_texts(ids[todo], chunks["text"].iloc[todo].tolist(), tokenize, old.vocab)
+        return old.compose(ids, todo, fresh), len(todo)
+    if prev_dir is not None and (prev_dir / "tokens.parquet").is_file():
+        tokens, n = _chunk_tokens(prev_dir, ids, chunks, tokenize)
+        return TermCounts.from_tokens(ids, tokens), n
+    return TermCounts.from_texts(ids, chunks["text"].tolist(), tokenize), len(ids)
 
 
 def _chunk_tokens(prev_dir: Path | None, ids: np.ndarray, chunks: pd.DataFrame, tokenize: Tokenize
@@ -238,7 +240,8 @@ class _FitInputs:
         fit_vecs = np.array(vectors, dtype=np.float32, copy=True)
         for r in rows:
             fit_vecs[r] = mvecs[r]
-        fit_counts = self.counts.compose(self.ids, dict(zip(rows, self.tokenize([masked[r] for r in rows]) if rows else [])))[0]
+        fresh = TermCounts.from_texts(self.ids[rows], [masked[r] for r in rows], self.tokenize, self.counts.vocab)
+        fit_counts = self.counts.compose(self.ids, rows, fresh)
         return build_index(fit_vecs, self.ids), SparseIndex.from_counts(fit_counts, self.cfg), len(todo), mvecs
 
 

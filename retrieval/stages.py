@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -53,14 +54,22 @@ def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cf
 
 def index_embed_part_stage(ckpt_dir, index_root, part: int, n_parts: int, batch_size: int = 64,
                            device: str = "auto", on_progress=None, *, staging: str | os.PathLike | None = None,
-                           out_file: str | os.PathLike | None = None) -> int:
+                           out_file: str | os.PathLike | None = None,
+                           load_encoder: Callable[[Callable[[], Encoder], str], Encoder] | None = None) -> int:
     """Embed one of ``n_parts`` slices of the chunks planned in ``staging`` (default ``index/.staging``) into
     ``out_file`` (default: beside the plan); mapped over parts, GPU when present. Returns rows embedded.
-    Without a staged plan it does nothing: the publish step plans and embeds what is missing."""
+    Without a staged plan it does nothing: the publish step plans and embeds what is missing.
+    ``load_encoder(load, model_id)``: how the encoder is obtained (e.g. once per Dask worker for the plan's
+    ``model_id``); default ``load()``."""
     staging = Path(staging or staging_dir(index_root))
     if not (staging / "plan.json").is_file():
         return 0
-    encoder = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+    planned = json.loads((staging / "plan.json").read_text())["model_id"]
+
+    def load() -> Encoder:
+        return Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+
+    encoder = load_encoder(load, f"{planned}:{batch_size}:{device}") if load_encoder else load()
     encoder.on_progress = on_progress
     return embed_staged(staging, corpus_fn(encoder), part, n_parts, out_file=out_file)
 

@@ -3,7 +3,8 @@
 A :class:`TermCounts` is a chunk x vocabulary matrix of term frequencies (scipy CSR, int32) with the
 chunk ids of its rows and the vocabulary of its columns. BM25 needs nothing else: document frequencies are
 column counts, document lengths row sums. A refresh therefore takes the rows of unchanged chunks from the
-previous version's counts, counts the tokens of new chunks only (:meth:`TermCounts.compose`), and scores
+previous version's counts, counts the tokens of new chunks only (:meth:`TermCounts.compose`; token lists are
+made one batch at a time, :meth:`TermCounts.from_texts`), and scores
 the whole matrix in a few vectorised passes (:func:`bm25_from_counts`), instead of re-reading every
 token list and re-indexing them.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import bm25s
 import numpy as np
@@ -61,30 +62,51 @@ class TermCounts:
         m.sum_duplicates()
         return cls(np.asarray(chunk_ids, dtype=np.int64), vocab, m)
 
-    def compose(self, chunk_ids: Sequence[int], fresh: dict[int, Sequence[str]]) -> tuple["TermCounts", int]:
-        """Counts for ``chunk_ids`` (the next version's rows, in order): rows whose index is in ``fresh`` are
-        counted from its tokens, every other row is copied from this matrix by chunk id; columns no row
-        uses any more are dropped. Returns (counts, rows counted).
+    @classmethod
+    def from_texts(cls, chunk_ids: Sequence[int], texts: Sequence[str], tokenize: Callable[[list[str]], list],
+                   vocab: list[str] | None = None, batch: int = 2048) -> "TermCounts":
+        """Tokenize and count ``texts`` ``batch`` at a time (only one batch's token lists are alive: at 21x
+        the token lists of every chunk take more memory than their counts), over ``vocab`` extended by the
+        new tokens in first-seen order."""
+        vocab = list(vocab) if vocab is not None else [EMPTY]
+        blocks = []
+        for i in range(0, len(texts), batch):
+            part = TermCounts.from_tokens(chunk_ids[i:i + batch], tokenize(list(texts[i:i + batch])), vocab)
+            vocab = part.vocab
+            blocks.append(part.counts)
+        if not blocks:
+            return cls.from_tokens(chunk_ids[:0], [], vocab)
+        for m in blocks:
+            m.resize((m.shape[0], len(vocab)))
+        return cls(np.asarray(chunk_ids, dtype=np.int64), vocab, sp.vstack(blocks, format="csr"))
+
+    def compose(self, chunk_ids: Sequence[int], fresh_rows: Sequence[int], fresh: "TermCounts") -> "TermCounts":
+        """Counts for ``chunk_ids`` (the next version's rows, in order): row ``fresh_rows[k]`` is row ``k`` of
+        ``fresh`` (counted over this vocabulary extended: ``from_texts(..., vocab=self.vocab)``), every other
+        row is copied from this matrix by chunk id; columns no row uses any more are dropped.
 
         Raises:
-            KeyError: a chunk id neither in ``fresh`` (by row) nor in this matrix.
+            KeyError: a chunk id neither fresh nor in this matrix.
+            ValueError: ``fresh``'s vocabulary does not extend this one, or its rows are not ``fresh_rows``.
         """
+        if fresh.vocab[:len(self.vocab)] != self.vocab or fresh.counts.shape[0] != len(fresh_rows):
+            raise ValueError("fresh counts must extend this vocabulary and hold one row per fresh row")
         ids = np.asarray(chunk_ids, dtype=np.int64)
         where = {int(c): k for k, c in enumerate(self.chunk_ids)}
-        new_rows = sorted(fresh)
-        old_rows = np.asarray([k for k in range(len(ids)) if k not in fresh], dtype=np.int64)
+        new_rows = np.asarray(fresh_rows, dtype=np.int64)
+        is_new = np.zeros(len(ids), dtype=bool)
+        is_new[new_rows] = True
+        old_rows = np.flatnonzero(~is_new)
         try:
             src = np.asarray([where[int(ids[k])] for k in old_rows], dtype=np.int64)
         except KeyError as exc:
             raise KeyError(f"chunk {exc.args[0]} has no counted tokens and none were given") from None
-        add = TermCounts.from_tokens(ids[new_rows], [fresh[k] for k in new_rows], self.vocab)
         kept = self.counts[src]
-        kept.resize((len(src), len(add.vocab)))
-        stacked = sp.vstack([kept, add.counts], format="csr")
+        kept.resize((len(src), len(fresh.vocab)))
+        stacked = sp.vstack([kept, fresh.counts], format="csr")
         order = np.empty(len(ids), dtype=np.int64)
-        order[np.concatenate([old_rows, np.asarray(new_rows, dtype=np.int64)])] = np.arange(len(ids))
-        out = TermCounts(ids, add.vocab, stacked[order])
-        return out.compacted(), len(new_rows)
+        order[np.concatenate([old_rows, new_rows])] = np.arange(len(ids))
+        return TermCounts(ids, fresh.vocab, stacked[order]).compacted()
 
     def compacted(self) -> "TermCounts":
         """The same counts without vocabulary columns no chunk uses (``""`` kept)."""

@@ -31,6 +31,7 @@ from storage.mapped import part_file, part_record, prune_parts
 from tasks.artifacts import publish
 from tasks.caching import current_key, jsonable, parts_dir, stage_task
 from tasks.progress import crawl_rate_limit, progress_artifact
+from tasks.workers import per_worker
 
 GPU = {"retries": 1, "retry_delay_seconds": 10, "tags": ["gpu"]}
 
@@ -170,12 +171,14 @@ def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
 @stage_task(R.EMBED_PART, part=".npz", **GPU)
 def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: int = 64) -> dict:
     """Embed slice ``part`` of the planned chunks into a part file named by this task's cache key (mapped);
-    returns its record (path relative to ``data_dir``, sha256, rows)."""
+    returns its record (path relative to ``data_dir``, sha256, rows). On a Dask worker the encoder is loaded
+    once per worker for the plan's model (:func:`tasks.workers.per_worker`)."""
     p = _paths(R.EMBED_PART, data_dir)
     out = part_file(parts_dir(data_dir, R.EMBED_PART), current_key(), ".npz")
     rows = rstages.index_embed_part_stage(
         p[R.ENCODER], p["index"], part, n_parts, batch_size, staging=Path(data_dir) / plan["staging"], out_file=out,
-        on_progress=progress_artifact(f"{R.EMBED_PART.name}-progress-{part}", f"chunk windows embedded, part {part}"))
+        on_progress=progress_artifact(f"{R.EMBED_PART.name}-progress-{part}", f"chunk windows embedded, part {part}"),
+        load_encoder=lambda load, key: per_worker(("encoder", str(p[R.ENCODER]), key), load))
     return {**part_record(out), "path": str(out.relative_to(data_dir)), "rows": rows, "part": part}
 
 

@@ -113,3 +113,64 @@ def test_runner_kinds():
         task_runner("ray")
     with pytest.raises(ValueError, match="at least 1"):
         task_runner("dask", dask_workers=0)
+
+
+def test_per_worker_loads_once_per_worker_process():
+    """A model asked for by many parts is loaded once per worker process (and on every call outside Dask)."""
+    from distributed import Client, LocalCluster
+
+    from tasks.workers import per_worker
+
+    def part(_i):
+        return os.getpid(), per_worker(("m", 1), lambda: os.urandom(8))
+
+    assert per_worker("k", lambda: os.urandom(8)) != per_worker("k", lambda: os.urandom(8))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        got = client.gather(client.map(part, range(12), pure=False))
+        swapped = client.run(lambda: per_worker(("m", 2), lambda: b"new"))  # a new model replaces the old one
+    loaded = {}
+    for pid, value in got:
+        loaded.setdefault(pid, set()).add(value)
+    assert all(len(v) == 1 for v in loaded.values()) and len(set().union(*loaded.values())) == len(loaded)
+    assert set(swapped.values()) == {b"new"}
+
+
+@pytest.mark.slow
+def test_embedding_parts_on_worker_processes_are_byte_identical(prefect_harness, tmp_path):
+    """The index stages (plan -> 3 embedding parts -> publish) on threads and on a local cluster of 2 worker
+    processes publish the same vectors, byte for byte, and the same chunks and sparse side; the parts' task runs
+    reached the flow's API."""
+    import shutil
+    from dataclasses import replace
+
+    from prefect import flow
+
+    from flows.profiles import get_profile
+    from flows.runners import task_runner
+    from flows.stages import Run
+    from retrieval.contracts import ENCODER
+    from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
+
+    cfg = replace(get_profile("tiny"), embed_parts=3, embed_batch_size=4)
+    ckpt = save_tiny_policybert(tmp_path / "ckpt", seed=5)
+    out, runs = {}, {}
+    for kind in ("threads", "dask"):
+        data = tmp_path / kind
+        write_clean(policy_docs(), data / "documents_clean")
+        shutil.copytree(ckpt, data / ENCODER)
+
+        @flow(name=f"index-parts-{kind}", task_runner=task_runner(kind, dask_workers=2))
+        def index_parts(data_dir: str) -> dict:
+            return Run(cfg, data_dir).mapped("index-plan", "embed-part", "index", cfg.embed_parts, plan_to_merge=True)
+
+        state = index_parts(str(data), return_state=True)
+        assert state.is_completed(), (kind, state)
+        out[kind], runs[kind] = state.result(), _task_runs(state.state_details.flow_run_id)
+    assert out["threads"]["embedded"] == out["dask"]["embedded"] > 0
+    v = {k: tmp_path / k / "index" / out[k]["version"] for k in out}
+    for name in ("embeddings.npy", "sparse/counts.npz"):
+        assert (v["threads"] / name).read_bytes() == (v["dask"] / name).read_bytes(), name
+    import pandas as pd
+    assert pd.read_parquet(v["threads"] / "chunks.parquet").equals(pd.read_parquet(v["dask"] / "chunks.parquet"))
+    assert runs["dask"].get("embed-part") == 3 and runs["dask"] == runs["threads"], runs

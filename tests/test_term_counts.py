@@ -48,17 +48,31 @@ def test_composed_counts_score_like_a_fresh_count(tmp_path):
     nxt = [(20_001, ["只在新块"]), (20_002, [])] + nxt
     rng.shuffle(nxt)
     ids = [c for c, _ in nxt]
-    fresh = {k: t for k, (c, t) in enumerate(nxt) if c >= 10_000}
-    composed, counted = loaded.compose(ids, fresh)
+    rows = [k for k, (c, _) in enumerate(nxt) if c >= 10_000]
+    by_text = {" ".join(t): t for _, t in nxt}  # a "tokenizer" over space-joined token lists
+    fresh = TermCounts.from_texts([ids[k] for k in rows], [" ".join(nxt[k][1]) for k in rows],
+                                  lambda texts: [by_text[t] for t in texts], loaded.vocab, batch=5)
+    composed = loaded.compose(ids, rows, fresh)
     scratch = TermCounts.from_tokens(ids, [t for _, t in nxt])
-    assert counted == 22 and sorted(composed.vocab) == sorted(scratch.vocab)  # unused columns dropped
+    assert len(rows) == 22 and sorted(composed.vocab) == sorted(scratch.vocab)  # unused columns dropped
     a = SparseIndex.from_counts(composed, SparseConfig())
     b = SparseIndex.from_counts(scratch, SparseConfig())
     for q in QUERIES + (["新词"], ["只在新块"]):
         assert np.array_equal(a.scores(q), b.scores(q))
     assert a.top(["只在新块"], 1)[0].tolist() == [ids.index(20_001)]
     with pytest.raises(KeyError, match="no counted tokens"):
-        loaded.compose([123_456], {})
+        loaded.compose([123_456], [], TermCounts.from_tokens([], [], loaded.vocab))
+    with pytest.raises(ValueError, match="extend this vocabulary"):
+        loaded.compose(ids, rows, TermCounts.from_tokens(rows, [["x"]] * len(rows)))
+
+
+def test_counting_in_batches_equals_counting_at_once():
+    toks = _corpus(103, 5)
+    texts = [" ".join(t) for t in toks]
+    once = TermCounts.from_tokens(np.arange(103), toks)
+    batched = TermCounts.from_texts(np.arange(103), texts, lambda b: [t.split() for t in b], batch=10)
+    assert batched.vocab == once.vocab and (batched.counts != once.counts).nnz == 0
+    assert TermCounts.from_texts(np.arange(0), [], lambda b: []).counts.shape == (0, 1)
 
 
 def test_sparse_index_build_matches_counts_and_reloads(tmp_path):
