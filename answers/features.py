@@ -10,7 +10,7 @@ span's sentences and the sentences around it, relative to the document's best; t
 tokens and characters the span (and the span with the sentence before it) contains; cosine similarity with
 the index's encoder for the sentences the BM25 ranks first (``dense_sentences``); position; length; kind;
 whether a retrieved chunk holds it and that chunk's rank; cues matching the question's type (numbers, dates,
-places); the share of its characters the question does not hold, and its share of its sentences' length. All scores enter as ranks or ratios within the question, so the weights do not depend on the
+places). All scores enter as ranks or ratios within the question, so the weights do not depend on the
 scale of one encoder or one corpus.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ SPAN_FEATURES = ("bm25_first", "bm25_max", "bm25_prev", "bm25_next", "bm25_rank_
                  "cover", "cover_ctx", "char_cover", "char_cover_ctx", "dense_first", "dense_prev", "dense_rank_log",
                  "pos_rel", "pos_first", "pos_log", "len_log", "kind_sentence", "kind_window2", "kind_window3",
                  "kind_clause", "in_chunk", "chunk_rank_log", "after_colon", "num_cue", "date_cue", "place_cue",
-                 "how_len", "enum_start", "title_in_span", "kind_part", "kind_tail", "novel", "sent_share")
+                 "how_len", "enum_start", "title_in_span")
 
 _NUM_Q = re.compile(r"多少|几|比例|金额|费用|标准|额度|多长|多久|电话|号码|账号|热线")
 _DATE_Q = re.compile(r"什么时候|何时|哪天|日期|时间|截止|期限|起止|多久|哪一天")
@@ -145,16 +145,8 @@ def span_rows(question: str, d: dict, bm: np.ndarray, dense: np.ndarray, best_al
             float(num_q and bool(_DIGIT.search(span_text))), float(date_q and bool(_DATE.search(span_text))),
             float(place_q and bool(_PLACE.search(span_text))), float(how_q) * math.log1p(len(span_text)),
             float(bool(_ENUM.match(span_text))), float(bool(title) and title[:12] in span_text),
-            float(sp.kind == "part"), float(sp.kind == "tail"), _novel(span_text, q_chars),
-            len(span_text) / max(sents[j][1] - sents[i][0], 1),
         ])
     return rows
-
-
-def _novel(span_text: str, q_chars: set[str]) -> float:
-    """Share of the span's content characters the question does not hold (an answer adds what was asked)."""
-    chars = [c for c in span_text if c not in _STOP_CHARS and not c.isspace()]
-    return sum(c not in q_chars for c in chars) / len(chars) if chars else 0.0
 
 
 def question_chars(question: str) -> set[str]:
