@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1x,21x")
     ap.add_argument("--profile", default="cpu-small")
-    ap.add_argument("--set", action="append", default=None, dest="settings", metavar="FIELD=VALUE")
+    ap.add_argument("--set", action="append", default=None, dest="settings", metavar="FIELD=VALUE",
+                    help="profile overrides as the pipeline's (default: backbone.kind=none; any --set replaces it)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON")
     ap.add_argument("--stage", help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
