@@ -4,6 +4,7 @@ command-line flags are checked before anything runs."""
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 
@@ -139,8 +140,8 @@ def test_per_worker_loads_once_per_worker_process():
 @pytest.mark.slow
 def test_embedding_parts_on_worker_processes_are_byte_identical(prefect_harness, tmp_path):
     """The index stages (plan -> 3 embedding parts -> publish) on threads and on a local cluster of 2 worker
-    processes publish the same vectors, byte for byte, and the same chunks and sparse side; the parts' task runs
-    reached the flow's API."""
+    processes publish the same vectors (to float precision), the same chunks and the same term counts (byte for
+    byte); the parts' task runs reached the flow's API."""
     import shutil
     from dataclasses import replace
 
@@ -169,8 +170,11 @@ def test_embedding_parts_on_worker_processes_are_byte_identical(prefect_harness,
         out[kind], runs[kind] = state.result(), _task_runs(state.state_details.flow_run_id)
     assert out["threads"]["embedded"] == out["dask"]["embedded"] > 0
     v = {k: tmp_path / k / "index" / out[k]["version"] for k in out}
-    for name in ("embeddings.npy", "sparse/counts.npz"):
-        assert (v["threads"] / name).read_bytes() == (v["dask"] / name).read_bytes(), name
+    assert (v["threads"] / "sparse/counts.npz").read_bytes() == (v["dask"] / "sparse/counts.npz").read_bytes()
+    # the same parts in the same order; float sums may differ in the last bits between a process running torch on
+    # several threads and a worker running one (Dask gives each worker OMP_NUM_THREADS=1)
+    a, b = (np.load(v[k] / "embeddings.npy") for k in ("threads", "dask"))
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5
     import pandas as pd
     assert pd.read_parquet(v["threads"] / "chunks.parquet").equals(pd.read_parquet(v["dask"] / "chunks.parquet"))
     assert runs["dask"].get("embed-part") == 3 and runs["dask"] == runs["threads"], runs
