@@ -157,14 +157,15 @@ def child(name: str, d: Path, args_file: Path) -> dict:
     return out
 
 
-def run_stage(name: str, d: Path, args_file: Path) -> dict:
-    """Stage ``name`` in a fresh subprocess of this script (``--stage``); returns its JSON report.
+def run_stage(name: str, d: Path, args_file: Path, script: str | Path = __file__) -> dict:
+    """Stage ``name`` in a fresh subprocess of ``script`` (this one by default; called with ``--stage``);
+    returns its JSON report (the last line it prints).
 
     Raises:
         RuntimeError: the child failed (its stderr tail in the message) or imported the library from
             another checkout than this file's.
     """
-    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--stage", name, "--data-dir", str(d),
+    res = subprocess.run([sys.executable, str(Path(script).resolve()), "--stage", name, "--data-dir", str(d),
                           "--args-file", str(args_file)], capture_output=True, text=True, cwd=REPO)
     if res.returncode != 0:
         raise RuntimeError(f"stage {name} failed ({res.returncode}): {res.stderr[-2000:]}")

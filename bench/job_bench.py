@@ -32,11 +32,10 @@ import argparse
 import json
 import pickle
 import shutil
-import subprocess
 import tempfile
 import time
 
-from bench.growth_bench import CORPORA, POLICY, _status_mb
+from bench.growth_bench import CORPORA, POLICY, _status_mb, run_stage
 
 JOB = ("import-documents", "clean", "sentences", "segment", "vocab", "datasets", "dataset-report", "backbone",
        "pretrain-data", "pretrain", "finetune", "retrieval-encoder", "index", "evaluate-retrieval")
@@ -89,22 +88,6 @@ def child(name: str, d: Path, args_file: Path) -> dict:
             "peak": _status_mb("VmHWM"), "library": corpus.__file__}
 
 
-def run_child(name: str, d: Path, args_file: Path) -> dict:
-    """Stage ``name`` in a fresh subprocess of this script.
-
-    Raises:
-        RuntimeError: the child failed (its stderr tail in the message) or used another checkout's library.
-    """
-    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--stage", name, "--data-dir", str(d),
-                          "--args-file", str(args_file)], capture_output=True, text=True, cwd=REPO)
-    if res.returncode != 0:
-        raise RuntimeError(f"stage {name} failed ({res.returncode}): {res.stderr[-3000:]}")
-    rep = json.loads(res.stdout.strip().splitlines()[-1])
-    if not rep["library"].startswith(str(REPO) + "/"):
-        raise RuntimeError(f"stage {name} imported {rep['library']}, not the checkout at {REPO}")
-    return rep
-
-
 def bench_size(size: str, cfg, root: Path) -> dict:
     """Every stage of :data:`JOB` on corpus ``size`` into ``root/size``; returns {stage: report}."""
     d = root / size
@@ -113,7 +96,7 @@ def bench_size(size: str, cfg, root: Path) -> dict:
     args_file.write_bytes(pickle.dumps((cfg, _inputs(CORPORA[size], cfg))))
     out = {}
     for name in JOB:
-        out[name] = rep = run_child(name, d, args_file)
+        out[name] = rep = run_stage(name, d, args_file, __file__)
         print(f"  {size:<4} {name:<19} wall {rep['wall']:8.1f} s  cpu {rep['cpu']:8.1f} s  peak {rep['peak']:7.0f} MB",
               flush=True)
     return out
