@@ -149,7 +149,8 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
         shutil.rmtree(staging, ignore_errors=True)
     return {"version": version, "previous": plan["previous"], "full_rebuild": plan["full_rebuild"],
             "reused": len(plan["reuse_rows"]), "embedded": len(plan["todo"]), "removed": plan["removed"],
-            "size": int(index.ntotal) - int(ann.get("tombstones", 0)), "index_kind": ann["kind"], "index_build_seconds": ann["build_seconds"],
+            "size": int(index.ntotal) - int(ann.get("tombstones", 0)), "index_kind": ann["kind"],
+            "index_build_seconds": ann["build_seconds"],
             f"ann_recall@{cfg.recall_k}": ann.get(f"recall@{cfg.recall_k}"), "index_in_place": ann["in_place"],
             "retired": retired, **extra_stats}
 
