@@ -55,11 +55,7 @@ def stage_refresh(index_root: str | os.PathLike, chunks: pd.DataFrame, model_id:
     ids = chunks["chunk_id"].to_numpy(np.int64)
     reuse_rows, reuse_vecs, full, removed = [], None, True, 0
     if prev is not None:
-        try:
-            pm = read_manifest(root, prev)
-        except (OSError, ValueError) as exc:  # corrupt serving version: nothing reused from it
-            log.warning("index %s: manifest not readable (%s); every chunk is embedded again", prev, exc)
-            pm = {}
+        pm = _readable_manifest(root, prev)  # corrupt serving version: nothing reused from it
         emb = root / prev / "embeddings.npy"
         if pm.get("model_id") == model_id and emb.is_file():
             full = False
@@ -162,7 +158,7 @@ def _readable_manifest(root: Path, version: str | None) -> dict:
     try:
         return read_manifest(root, version)
     except (OSError, ValueError) as exc:
-        log.warning("index %s: manifest not readable (%s); the dense index is rebuilt", version, exc)
+        log.warning("index %s: manifest not readable (%s); nothing is reused from it", version, exc)
         return {}
 
 

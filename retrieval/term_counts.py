@@ -59,7 +59,6 @@ class TermCounts:
         rows = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
         m = sp.csr_matrix((np.ones(len(cols), dtype=np.int32), (rows, np.asarray(cols, dtype=np.int64))),
                           shape=(len(tokens), len(vocab)), dtype=np.int32)
-        m.sum_duplicates()
         return cls(np.asarray(chunk_ids, dtype=np.int64), vocab, m)
 
     @classmethod
