@@ -1,10 +1,17 @@
-"""Fusion of the dense and the sparse ranking (SPEC §7), pure functions: weighted reciprocal-rank fusion,
-with the weights fitted on self-supervised queries mined from the indexed corpus.
+"""Fusion of the dense and the sparse ranking (SPEC §7), pure functions: weighted reciprocal-rank fusion or a
+convex combination of normalised scores, with the weight fitted on queries.
 
-Fusion (RRF, Cormack, Clarke & Büttcher, SIGIR 2009, with per-system weights): each side returns its
-top ``depth`` chunks; a chunk's fused score is ``w_dense / (rrf_k + dense_rank) + w_sparse / (rrf_k +
+Fusion, ``method="rrf"`` (RRF, Cormack, Clarke & Büttcher, SIGIR 2009, with per-system weights): each side
+returns its top ``depth`` chunks; a chunk's fused score is ``w_dense / (rrf_k + dense_rank) + w_sparse / (rrf_k +
 sparse_rank)`` with 1-based ranks, a side that did not return the chunk adding 0; ties go to the better
 sparse rank, then the better dense rank. ``w_dense + w_sparse = 1``.
+
+``method="convex"`` (Bruch, Gai & Ingber 2023, "An Analysis of Fusion Functions for Hybrid Retrieval", ACM
+TOIS: a convex combination of normalised scores beats RRF and needs fewer fit queries): each side's scores over
+its own ``depth`` candidates are z-normalised (mean 0, std 1; a side whose candidates all score the same gives
+0), a chunk the side did not return takes that side's lowest normalised score, and the fused score is
+``w_dense * z_dense + w_sparse * z_sparse``. Unlike RRF it keeps how far apart the scores are: a BM25 hit far
+ahead of its runner-up stays ahead. Ties go to the better rank on the heavier side (sparse at 0.5), then the other.
 
 Fitting (:func:`fit_fusion`): plain RRF (equal weights) with a weak dense side loses to BM25 alone, so
 the weights come from measured quality. At index build, queries are mined from the corpus itself
@@ -29,6 +36,9 @@ from retrieval.metrics import doc_metrics
 from storage.bounds import check_bounds, check_order
 
 
+METHODS = ("rrf", "convex")
+
+
 @dataclass(frozen=True)
 class FusionConfig:
     """rrf_k: RRF damping constant (60, Cormack et al.); depth: candidates taken from each side;
@@ -36,7 +46,8 @@ class FusionConfig:
     lead_min/lead_max: chars of a lead sentence used as a query; mask_leads: fit on a corpus copy with the
     lead queries cut out of their chunks (ICT); seed: sampling seed; refit_share: share of the chunks that may be
     added or removed since the last fit (cumulated over refreshes) before a refresh fits the weights again (0:
-    every refresh refits; the encoder, the sparse key or this config changing always refits)."""
+    every refresh refits; the encoder, the sparse key or this config changing always refits); method: ``rrf`` or
+    ``convex`` (module doc)."""
 
     rrf_k: int = 60
     depth: int = 100
@@ -47,8 +58,11 @@ class FusionConfig:
     mask_leads: bool = True
     seed: int = 13
     refit_share: float = 0.05
+    method: str = "rrf"
 
     def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"FusionConfig.method = {self.method!r}: must be one of {METHODS}")
         check_bounds(self, rrf_k=(0, 1_000_000), depth=(1, 1_000_000), grid=(1, 10_000), max_queries=(1, None),
                      lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1), refit_share=(0, 1))
         check_order(self, "lead_min", "lead_max")
@@ -75,28 +89,88 @@ def fuse(dense_rows: Sequence[int], sparse_rows: Sequence[int], w_dense: float, 
     return out
 
 
+def _znorm(rows: Sequence[int], scores: Sequence[float] | None) -> tuple[dict[int, float], float]:
+    """``{row: z-score}`` over one side's candidates and the value given to rows it did not return."""
+    import numpy as np
+
+    x = np.asarray(scores if scores is not None else [], dtype=np.float64)[:len(rows)]
+    if not len(x):
+        return {}, 0.0
+    sd = float(x.std())
+    z = (x - x.mean()) / sd if sd > 0 and np.isfinite(sd) else np.zeros_like(x)
+    return {int(r): float(v) for r, v in zip(rows, z)}, float(z.min())
+
+
+def fuse_convex(dense_rows: Sequence[int], dense_scores: Sequence[float], sparse_rows: Sequence[int],
+                sparse_scores: Sequence[float], w_dense: float) -> list[tuple[int, float, int | None, int | None]]:
+    """Convex combination of z-normalised scores of two ranked row lists (module doc).
+
+    Args: each side's rows best first and their scores (same length; higher is better).
+    Returns (row, fused score, dense rank, sparse rank) best first, ranks 1-based or None as :func:`fuse`.
+    """
+    zd, d_floor = _znorm(dense_rows, dense_scores)
+    zs, s_floor = _znorm(sparse_rows, sparse_scores)
+    dr = {int(r): i + 1 for i, r in enumerate(dense_rows)}
+    sr = {int(r): i + 1 for i, r in enumerate(sparse_rows)}
+    big = len(dr) + len(sr) + 1
+    out = [(row, w_dense * zd.get(row, d_floor) + (1.0 - w_dense) * zs.get(row, s_floor), dr.get(row), sr.get(row))
+           for row in dr.keys() | sr.keys()]
+    heavier_dense = w_dense > 0.5
+    out.sort(key=lambda t: (-t[1], *((t[2] or big, t[3] or big) if heavier_dense else (t[3] or big, t[2] or big)),
+                            t[0]))
+    return out
+
+
+def fuse_with(method: str, dense_rows: Sequence[int], dense_scores: Sequence[float] | None,
+              sparse_rows: Sequence[int], sparse_scores: Sequence[float] | None, w_dense: float, rrf_k: int = 60
+              ) -> list[tuple[int, float, int | None, int | None]]:
+    """:func:`fuse` (``rrf``) or :func:`fuse_convex` (``convex``; needs both sides' scores).
+
+    Raises:
+        ValueError: unknown method, or ``convex`` without scores.
+    """
+    if method == "rrf":
+        return fuse(dense_rows, sparse_rows, w_dense, rrf_k)
+    if method != "convex":
+        raise ValueError(f"unknown fusion method {method!r} (one of {METHODS})")
+    if dense_scores is None or sparse_scores is None:
+        raise ValueError("convex fusion needs the scores of both sides")
+    return fuse_convex(dense_rows, dense_scores, sparse_rows, sparse_scores, w_dense)
+
+
 def _objective(m: dict) -> float:
     return m["recall@10"] + m["mrr@10"]
 
 
 def fit_fusion(dense: Sequence[Sequence[int]], sparse: Sequence[Sequence[int]], row_doc: Sequence[str],
-               gold: Sequence[set[str] | str], cfg: FusionConfig = FusionConfig()) -> dict:
+               gold: Sequence[set[str] | str], cfg: FusionConfig = FusionConfig(),
+               dense_scores: Sequence[Sequence[float]] | None = None,
+               sparse_scores: Sequence[Sequence[float]] | None = None) -> dict:
     """Pick ``w_dense`` on the grid that maximises recall@10 + MRR@10 of the fused ranking (see module doc).
 
     Args:
         dense, sparse: per query, chunk rows best first (top ``depth`` of each side).
         row_doc: doc id of each chunk row. gold: per query, its target doc id(s).
+        dense_scores, sparse_scores: per query, the scores of those rows (needed by ``cfg.method="convex"``).
+
+    Raises:
+        ValueError: ``convex`` without scores.
 
     Returns:
         {"w_dense", "w_sparse", "rrf_k", "depth", "queries", "dense", "sparse", "hybrid" (metrics dicts),
         "curve" ([w_dense, objective] per grid point)}; with no queries: equal weights, unfitted.
     """
-    base = {"rrf_k": cfg.rrf_k, "depth": cfg.depth, "queries": len(gold)}
+    base = {"rrf_k": cfg.rrf_k, "depth": cfg.depth, "queries": len(gold), "method": cfg.method}
     if not len(gold):
         return {**base, "w_dense": 0.5, "w_sparse": 0.5, "fitted": False}
+    if cfg.method == "convex" and (dense_scores is None or sparse_scores is None):
+        raise ValueError("convex fusion needs the scores of both sides")
+    ds = dense_scores if dense_scores is not None else [None] * len(dense)
+    ss = sparse_scores if sparse_scores is not None else [None] * len(sparse)
 
     def ranked(w: float) -> list[list[str]]:
-        return [[row_doc[r] for r, *_ in fuse(d, s, w, cfg.rrf_k)[:10]] for d, s in zip(dense, sparse)]
+        return [[row_doc[r] for r, *_ in fuse_with(cfg.method, d, a, s, b, w, cfg.rrf_k)[:10]]
+                for d, a, s, b in zip(dense, ds, sparse, ss)]
 
     curve = []
     for i in range(cfg.grid + 1):

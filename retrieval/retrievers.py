@@ -17,7 +17,7 @@ import pandas as pd
 from retrieval.dense import search_params, search_rows
 from retrieval.encoders import Encoder
 from retrieval.encoding import encode_queries
-from retrieval.fusion import fuse
+from retrieval.fusion import fuse_with
 from retrieval.pinning import EncoderMismatchError, verify_encoder
 from retrieval.query import QueryLimits, check_query
 from retrieval.sparse import SparseIndex, Tokenize, make_tokenizer, top_rows
@@ -94,14 +94,15 @@ class SparseRetriever:
 
 
 class HybridRetriever:
-    """Weighted reciprocal-rank fusion of a dense and a sparse retriever (:func:`retrieval.fusion.fuse`): each
-    side's top ``depth`` (at least ``k``) candidates, fused with ``w_dense`` / ``1 - w_dense`` and ``rrf_k``.
+    """Fusion of a dense and a sparse retriever (:func:`retrieval.fusion.fuse_with`): each side's top ``depth``
+    (at least ``k``) candidates, fused by ``method`` (weighted RRF with ``rrf_k``, or the convex combination of
+    z-normalised scores) with ``w_dense`` / ``1 - w_dense``.
     ``sparse`` may be None (a version without a sparse side): the dense ranking is returned."""
 
     def __init__(self, dense: DenseRetriever, sparse: SparseRetriever | None, w_dense: float = 0.5,
-                 rrf_k: int = 60, depth: int = 100):
+                 rrf_k: int = 60, depth: int = 100, method: str = "rrf"):
         self.dense, self.sparse = dense, sparse
-        self.w_dense, self.rrf_k, self.depth = float(w_dense), int(rrf_k), int(depth)
+        self.w_dense, self.rrf_k, self.depth, self.method = float(w_dense), int(rrf_k), int(depth), method
 
     def search(self, query: str, k: int, order: str = "hybrid") -> list[Hit]:
         """Top-``k`` hits for ``query`` with both sides' scores and ranks, ordered by the fused score
@@ -132,7 +133,9 @@ class HybridRetriever:
         s_all = self.sparse.sparse.scores(tokens) if tokens is not None else None
         s_rows = top_rows(s_all, depth)[0].tolist() if s_all is not None else []
         if order == "hybrid":
-            ranked = [(r, sc) for r, sc, _, _ in fuse(d_rows, s_rows, self.w_dense, self.rrf_k)]
+            s_scores = [float(s_all[r]) for r in s_rows] if s_all is not None else []
+            ranked = [(r, sc) for r, sc, _, _ in fuse_with(self.method, d_rows, d_scores, s_rows, s_scores,
+                                                           self.w_dense, self.rrf_k)]
         elif order == "dense":
             ranked = list(zip(d_rows, d_scores))
         else:
@@ -191,7 +194,8 @@ class Retriever:
         self.sparse = SparseRetriever(SparseIndex.load(vdir / sp["dir"]), self.tokenize) if sp else None
         self.fusion = self.manifest.get("fusion", {"w_dense": 0.5, "rrf_k": 60, "depth": 100})
         self.hybrid = HybridRetriever(self.dense, self.sparse, float(self.fusion["w_dense"]),
-                                      int(self.fusion.get("rrf_k", 60)), int(self.fusion.get("depth", 100)))
+                                      int(self.fusion.get("rrf_k", 60)), int(self.fusion.get("depth", 100)),
+                                      str(self.fusion.get("method", "rrf")))
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
         """Query tokens with the segmenter that built the sparse side (loaded on first use; a given

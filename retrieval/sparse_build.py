@@ -117,6 +117,7 @@ def build_sparse_side(root: Path, plan: dict, chunks: pd.DataFrame, index: faiss
     side = SparseSide(man, stats, sp, counts)
     if fusion_queries is None or not len(fusion_queries):
         man["fusion"] = {"w_dense": 0.5, "w_sparse": 0.5, "rrf_k": fusion.rrf_k, "depth": fusion.depth,
+                         "method": fusion.method,
                          "fitted": False, "queries": 0}
         return side
     reuse = same_sparse and pm.get("model_id") == plan["model_id"]
@@ -134,11 +135,13 @@ def build_sparse_side(root: Path, plan: dict, chunks: pd.DataFrame, index: faiss
         fit_index, fit_sp, stats["fusion_masked_embedded"], mvecs = fit.masked_corpus(masked, vectors,
                                                                                    passage_embed_factory)
         search_params = None if fit_index is not index else search_params
-    dense = search_rows(fit_index, np.stack(q["vector"].tolist()), fusion.depth,
-                        {int(c): k for k, c in enumerate(ids)}, params=search_params)[0]
-    sparse = [fit_sp.top(t, fusion.depth)[0].tolist() for t in q["tokens"]]
+    dense, dense_scores = search_rows(fit_index, np.stack(q["vector"].tolist()), fusion.depth,
+                                      {int(c): k for k, c in enumerate(ids)}, params=search_params)[:2]
+    tops = [fit_sp.top(t, fusion.depth) for t in q["tokens"]]
+    sparse, sparse_scores = [r.tolist() for r, _ in tops], [sc.tolist() for _, sc in tops]
     gold = q["doc_ids"].tolist() if "doc_ids" in q else q["doc_id"].astype(str).tolist()
-    man["fusion"] = {**fit_fusion(dense, sparse, chunks["doc_id"].astype(str).tolist(), gold, fusion),
+    man["fusion"] = {**fit_fusion(dense, sparse, chunks["doc_id"].astype(str).tolist(), gold, fusion,
+                                  dense_scores, sparse_scores),
                      "masked_chunks": len(masked), "refit": True, "changed_since_fit": 0.0}
     stats.update(fusion_w_dense=man["fusion"]["w_dense"], fusion_queries_embedded=fit.embedded_queries,
                  fusion_refit=True)
@@ -161,8 +164,9 @@ def _carry_fusion(root: Path, prev: str | None, pm: dict, cfg: FusionConfig, cha
 
 
 def _fit_config(cfg: dict) -> dict:
-    """What of a fusion config the fitted weights depend on (all but ``refit_share``)."""
-    return {k: v for k, v in cfg.items() if k != "refit_share"}
+    """What of a fusion config the fitted weights depend on (all but ``refit_share``; a config recorded before
+    ``method`` existed was RRF)."""
+    return {"method": "rrf", **{k: v for k, v in cfg.items() if k != "refit_share"}}
 
 
 def _chunk_counts(prev_dir: Path | None, ids: np.ndarray, chunks: pd.DataFrame, tokenize: Tokenize

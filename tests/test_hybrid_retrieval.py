@@ -234,3 +234,28 @@ def test_mapped_index_path_matches_one_process(tmp_path, tok):
     with pytest.raises(StalePlanError):  # a plan of other inputs with parts given: refused, not re-planned
         index_publish_stage(write_clean(policy_docs(edit=1), tmp_path / "c2"), ckpt, root, CHUNKS, n_parts=3,
                             staging=staging, tokenizer=tok, parts=records)
+
+
+def test_convex_fusion_is_fitted_recorded_and_served(tmp_path, tok):
+    """``FusionConfig(method="convex")``: the index fit uses both sides' scores, the manifest records the method,
+    and the served hybrid score is the convex combination of the sides' z-normalised candidate scores."""
+    from retrieval.fusion import fuse_convex
+    from retrieval.stages import Retriever, index_stage
+
+    ckpt, root = save_tiny_policybert(tmp_path / "ft", seed=3), tmp_path / "index"
+    index_stage(write_clean(policy_docs(), tmp_path / "c1"), ckpt, root, CHUNKS, tokenizer=tok,
+                fusion=FusionConfig(method="convex"))
+    fit = json.loads((root / "v1" / "manifest.json").read_text())["fusion"]
+    assert fit["method"] == "convex" and fit["fitted"] and fit["config"]["method"] == "convex"
+    objective = lambda m: m["recall@10"] + m["mrr@10"]  # noqa: E731
+    assert objective(fit["hybrid"]) >= max(objective(fit["dense"]), objective(fit["sparse"]))
+    r = Retriever(root, tokenizer=tok)
+    assert r.hybrid.method == "convex"
+    q = "养老服务体系和普惠托育"
+    hits = r.search(q, k=5)
+    assert hits[0]["doc_id"] == "d5"
+    dense = r.search(q, k=r.hybrid.depth, mode="dense")
+    sparse = r.search(q, k=r.hybrid.depth, mode="sparse")
+    expect = fuse_convex([h["chunk_id"] for h in dense], [h["score"] for h in dense],
+                         [h["chunk_id"] for h in sparse], [h["score"] for h in sparse], r.hybrid.w_dense)
+    assert [(h["chunk_id"], pytest.approx(h["score"])) for h in hits] == [(c, s) for c, s, *_ in expect[:5]]
