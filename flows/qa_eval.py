@@ -45,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {p} not found", file=sys.stderr)
             return 2
     # loaded after the arguments are checked: a wrong path is answered without loading torch and the models
-    from dataclasses import replace
-
     from transformers.utils import logging as hf_logging
 
     from retrieval.qa_eval import (QAEvalConfig, dense_system, evaluate_qa, format_table, load_pool, load_questions,
@@ -55,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     from retrieval.query_tuning import QueryTuneConfig
 
     hf_logging.set_verbosity_error()
-    tuning = QueryTuneConfig() if args.tune_steps is None else replace(QueryTuneConfig(), steps=args.tune_steps)
     try:
+        tuning = QueryTuneConfig() if args.tune_steps is None else QueryTuneConfig(steps=args.tune_steps)
         cfg = QAEvalConfig(pool_text=args.pool_text, max_questions=args.max_questions, tuning=tuning,
                            fusion=FusionConfig(method=args.fusion),
                            tune_folds=args.tune_folds, tune_group=args.tune_group)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+import numpy as np
+
 from retrieval.metrics import doc_metrics
 from storage.bounds import check_bounds, check_order
 
@@ -91,8 +93,6 @@ def fuse(dense_rows: Sequence[int], sparse_rows: Sequence[int], w_dense: float, 
 
 def _znorm(rows: Sequence[int], scores: Sequence[float] | None) -> tuple[dict[int, float], float]:
     """``{row: z-score}`` over one side's candidates and the value given to rows it did not return."""
-    import numpy as np
-
     x = np.asarray(scores if scores is not None else [], dtype=np.float64)[:len(rows)]
     if not len(x):
         return {}, 0.0
@@ -163,8 +163,6 @@ def fit_fusion(dense: Sequence[Sequence[int]], sparse: Sequence[Sequence[int]], 
     base = {"rrf_k": cfg.rrf_k, "depth": cfg.depth, "queries": len(gold), "method": cfg.method}
     if not len(gold):
         return {**base, "w_dense": 0.5, "w_sparse": 0.5, "fitted": False}
-    if cfg.method == "convex" and (dense_scores is None or sparse_scores is None):
-        raise ValueError("convex fusion needs the scores of both sides")
     ds = dense_scores if dense_scores is not None else [None] * len(dense)
     ss = sparse_scores if sparse_scores is not None else [None] * len(sparse)
 

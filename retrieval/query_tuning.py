@@ -17,9 +17,8 @@ the passage encoder it pairs with (:func:`retrieval.pinning.model_id`) and its m
 """
 from __future__ import annotations
 
-import json
-import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -29,14 +28,13 @@ import pandas as pd
 import torch
 
 from model.training import TrainConfig, resolve_device, train
-from retrieval.encoders import RetrievalInfo, checkpoint_type, pool
+from retrieval.dense import build_index, search_rows
+from retrieval.encoders import BertEncoder, RetrievalInfo, checkpoint_type, pool
 from retrieval.metrics import doc_metrics
-from storage.atomic import atomic_path
+from retrieval.train import RetrievalTrainConfig, TextBatcher, embed_all, load_bi_encoder, save_encoder
 from storage.bounds import check_bounds
 
 TUNING_FILE = "query_tuning.json"
-COPIED = ("vocab.txt", "word_vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
-          "sentencepiece.bpe.model")
 
 
 @dataclass(frozen=True)
@@ -118,16 +116,10 @@ def gold_rows(gold: Sequence[Sequence[str]], row_docs: Sequence[str]) -> list[li
 
 def load_query_encoder(ckpt_dir: str | Path):
     """(model, ``texts, max_len -> inputs`` batcher, :class:`RetrievalInfo`) of an encoder checkpoint."""
-    from retrieval.encoders import BertEncoder
-    from retrieval.train import RetrievalTrainConfig, TextBatcher, load_bi_encoder
-
-    kind = checkpoint_type(ckpt_dir)
-    info = RetrievalInfo.load(ckpt_dir, kind)
-    if kind == "bert":
-        from transformers import BertModel
-
-        model = BertModel.from_pretrained(str(ckpt_dir), add_pooling_layer=False)
-        return model, TextBatcher("bert", BertEncoder.load_tokenizer(ckpt_dir)), info
+    if checkpoint_type(ckpt_dir) == "bert":
+        enc = BertEncoder.from_checkpoint(ckpt_dir)
+        return enc.model, TextBatcher("bert", enc.tokenizer), enc.info
+    info = RetrievalInfo.load(ckpt_dir)
     bi, batcher = load_bi_encoder(ckpt_dir, RetrievalTrainConfig(pooling=info.pooling))
     return bi.encoder, batcher, info
 
@@ -148,31 +140,18 @@ class QuestionCollator:
         return {**self.batcher([self.instruction + e["query"] for e in examples], self.max_len), "gold": gold}
 
 
-@torch.no_grad()
 def embed_queries(tower: QueryTower, batcher: Callable, texts: Sequence[str], instruction: str, max_len: int,
                   batch_size: int = 64) -> np.ndarray:
-    """Query vectors (len(texts), hidden) float32 of the tower's encoder (model left in training mode)."""
-    tower.eval()
-    dev = tower.passages.device
-    out = np.zeros((len(texts), tower.passages.shape[1]), dtype=np.float32)
-    for i in range(0, len(texts), batch_size):
-        b = {k: v.to(dev) for k, v in batcher([instruction + t for t in texts[i:i + batch_size]], max_len).items()}
-        out[i:i + batch_size] = tower.embed(b).cpu().numpy()
-    tower.train()
-    return out
+    """Query vectors (len(texts), hidden) float32 of the tower's encoder, instruction prepended
+    (:func:`retrieval.train.embed_all`; the model left in training mode)."""
+    return embed_all(tower, batcher, [instruction + t for t in texts], max_len, batch_size)
 
 
 def ranked_docs(qvecs: np.ndarray, passages: np.ndarray, row_docs: Sequence[str], k: int = 10,
                 depth: int = 100) -> list[list[str]]:
     """The first ``k`` distinct documents of each query's exact top ``depth`` pool rows (inner product)."""
-    scores = qvecs @ passages.T
-    depth = min(depth, scores.shape[1])
-    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
-    out = []
-    for q, rows in enumerate(top):
-        rows = rows[np.argsort(-scores[q, rows], kind="stable")]
-        out.append(list(dict.fromkeys(str(row_docs[r]) for r in rows))[:k])
-    return out
+    rows = search_rows(build_index(passages, np.arange(len(passages), dtype=np.int64)), qvecs, depth)[0]
+    return [list(dict.fromkeys(str(row_docs[r]) for r in rr))[:k] for rr in rows]
 
 
 def tune_queries(ckpt_dir: str | Path, passages: np.ndarray, row_docs: Sequence[str], train_q: pd.DataFrame,
@@ -221,20 +200,12 @@ def tune_queries(ckpt_dir: str | Path, passages: np.ndarray, row_docs: Sequence[
                "train_questions": len(examples), "dev_questions": int(len(dev_q)) if has_dev else 0,
                "dev_before": before, "best": run["best"], "train": run, "config": asdict(cfg),
                "seconds": time.perf_counter() - t0}
-    with atomic_path(out_dir) as tmp:
-        model.save_pretrained(tmp)
-        for f in COPIED:
-            if Path(ckpt_dir, f).is_file():
-                shutil.copy2(Path(ckpt_dir, f), Path(tmp, f))
-        info.save(tmp)
-        Path(tmp, TUNING_FILE).write_text(json.dumps(metrics, ensure_ascii=False, indent=1, default=str))
+    save_encoder(model, info, ckpt_dir, out_dir, TUNING_FILE, metrics)
     return metrics
 
 
 def _bucket(key: str, seed: int, n: int) -> int:
     """A stable bucket in ``0..n-1`` of a text key (crc32 of seed + key)."""
-    import zlib
-
     return zlib.crc32(f"{seed}\x1f{key}".encode("utf-8")) % n
 
 

@@ -352,13 +352,18 @@ def train_retrieval(ckpt_dir, pairs: pd.DataFrame, out_dir, cfg: RetrievalTrainC
 
 
 def _save(model: BiEncoder, info: RetrievalInfo, metrics: dict, ckpt_dir, out_dir) -> None:
-    """The HF checkpoint of the trained encoder with its tokenizer files, ``retrieval.json`` and ``metrics.json``,
-    written atomically; the training state removed after."""
+    """The trained encoder's checkpoint (:func:`save_encoder`, ``metrics.json``); the training state removed after."""
+    save_encoder(model.encoder, info, ckpt_dir, out_dir, "metrics.json", metrics)
+    shutil.rmtree(state_dir_of(out_dir), ignore_errors=True)
+
+
+def save_encoder(encoder: torch.nn.Module, info: RetrievalInfo, ckpt_dir, out_dir, meta_file: str, meta: dict) -> None:
+    """An encoder trained from ``ckpt_dir`` as an HF checkpoint in ``out_dir``, written atomically: its weights, the
+    tokenizer files of ``ckpt_dir`` (:data:`COPIED`), ``retrieval.json`` and ``meta`` as JSON in ``meta_file``."""
     with atomic_path(out_dir) as tmp:
-        model.encoder.save_pretrained(tmp)
+        encoder.save_pretrained(tmp)
         for f in COPIED:
             if Path(ckpt_dir, f).is_file():
                 shutil.copy2(Path(ckpt_dir, f), Path(tmp, f))
         info.save(tmp)
-        Path(tmp, "metrics.json").write_text(json.dumps(metrics, ensure_ascii=False, indent=1, default=str))
-    shutil.rmtree(state_dir_of(out_dir), ignore_errors=True)
+        Path(tmp, meta_file).write_text(json.dumps(meta, ensure_ascii=False, indent=1, default=str))
