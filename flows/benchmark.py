@@ -2,7 +2,8 @@
 and SPM and evaluate on test, beside baselines that cannot learn from the encoder.
 
     python -m flows.benchmark --task cws|pos|ner|dc|sa|spm|all --model DIR [--fusion none,gate,attn] [--seeds N]
-        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--out DIR] [--data ../shared/benchmarks]
+        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--no-word-add-above] [--out DIR]
+        [--data ../shared/benchmarks]
 
 ``--model DIR`` is a BERT checkpoint with a char ``vocab.txt`` (rows ``plain`` + PolicyBERT with each
 ``--fusion`` on its body) or a PolicyBERT checkpoint (its own fusion). Splits: the published ones, or the
@@ -36,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", default=None, help="word vocabulary: a vocab.txt or a data dir with vocab/vocab.txt "
                                                  "(default: the checkpoint's, else built from each train split)")
     p.add_argument("--baselines-only", action="store_true", help="run the non-neural baselines only")
+    p.add_argument("--no-word-add-above", action="store_true",
+                   help="PolicyBERT fuses words in its word layers only (config word_add_above=False; default: "
+                        "the last word states are also added above them, as ZEN, SPEC §6)")
     return p
 
 
@@ -92,7 +96,8 @@ from tasks import benchmark as T  # noqa: E402
 def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], seeds: int = 3,
                    budget: str = "cpu-small", out: str = "eval/benchmark", data: str | None = None,
                    max_train: int | None = None, max_eval: int | None = None, vocab: str | None = None,
-                   device: str | None = None, baselines_only: bool = False) -> list[dict]:
+                   device: str | None = None, baselines_only: bool = False,
+                   word_add_above: bool = True) -> list[dict]:
     """Per task: load (fallback splits), cap to the budget, baselines, then every model row x seed (seeds 13,
     14, ...); write ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table
     artifact. Returns the summary table (:func:`model.benchmark.report.summary`)."""
@@ -105,7 +110,8 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
     from storage.atomic import atomic_path
 
     b = BUDGETS[budget]
-    b = replace(b, max_train=max_train or b.max_train, max_eval=max_eval or b.max_eval, device=device or b.device)
+    b = replace(b, max_train=max_train or b.max_train, max_eval=max_eval or b.max_eval, device=device or b.device,
+                word_add_above=word_add_above)
     rows: list[dict] = []
     for name in tasks:
         t0 = time.perf_counter()
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     table = benchmark_flow(args.tasks, args.model, args.fusions, args.seeds, args.budget, args.out, args.data,
-                           args.max_train, args.max_eval, args.vocab, args.device, args.baselines_only)
+                           args.max_train, args.max_eval, args.vocab, args.device, args.baselines_only,
+                           not args.no_word_add_above)
     print(markdown(table))
     return 0
 

@@ -19,6 +19,9 @@ class PolicyBertConfig(PretrainedConfig):
         word_vocab_size: size of the word vocabulary incl. id 0 = padding.
         max_words: words per example (matching matrix rows).
         gate_bias_init: initial bias of the gate's Linear (5.0: the gate starts open).
+        word_add_above: add the last word states to the char states at every layer >= num_word_layers, as ZEN
+            does (SPEC §6; default). False fuses words only at the first num_word_layers layers, which keeps a
+            pretrained char body's upper layers as they were (measured on the public benchmarks: README).
 
     Raises:
         ValueError: unknown fusion, or num_word_layers outside [0, num_hidden_layers].
@@ -33,6 +36,7 @@ class PolicyBertConfig(PretrainedConfig):
                  initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, pad_token_id: int = 0,
                  fusion: str = "gate", num_word_layers: int = 6, word_vocab_size: int = 104089,
                  max_words: int = 40, gate_bias_init: float = 5.0, classifier_dropout: float | None = None,
+                 word_add_above: bool = True,
                  **kwargs):
         if fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
@@ -59,6 +63,7 @@ class PolicyBertConfig(PretrainedConfig):
         self.word_vocab_size = word_vocab_size
         self.max_words = max_words
         self.gate_bias_init = gate_bias_init
+        self.word_add_above = word_add_above
         self.classifier_dropout = classifier_dropout
         self.tie_word_embeddings = tie
         self.is_decoder = kwargs["is_decoder"]

@@ -8,7 +8,7 @@ Per char layer l: the char states go through BERT layer l; for l < L_w the word 
 word layer l, are projected onto chars ``P = Mᵀ·W`` (batch, seq_len, hidden) and fused by
 ``config.fusion``: none ``C + P`` (ZEN), gate ``C + sigmoid(Linear([C; P])) ⊙ P`` (bias 5.0), attn
 ``LayerNorm(C + Dropout(MHA(q=C, k=P, v=P)))`` with padding masked. For l >= L_w the last word states
-are added as in ZEN.
+are added as in ZEN (``config.word_add_above``; False stops fusing after layer L_w).
 """
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ class PolicyBertEncoder(nn.Module):
         self.layer = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
         self.word_layers = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_word_layers)])
         self.fusion = nn.ModuleList([_FUSION[config.fusion](config) for _ in range(config.num_word_layers)])
+        self.add_above = getattr(config, "word_add_above", True)
 
     def forward(self, chars: torch.Tensor, char_mask: torch.Tensor, words: torch.Tensor | None,
                 word_mask: torch.Tensor | None, matching_matrix: torch.Tensor | None) -> torch.Tensor:
@@ -117,7 +118,7 @@ class PolicyBertEncoder(nn.Module):
             if use_words and i < len(self.word_layers):
                 words = self.word_layers[i](words, word_add)
             chars = layer(chars, char_add)
-            if use_words:
+            if use_words and (i < len(self.fusion) or self.add_above):
                 projected = torch.bmm(m_t, words)
                 chars = self.fusion[i](chars, projected, char_mask) if i < len(self.fusion) else chars + projected
         return chars

@@ -265,3 +265,55 @@ def test_char_checkpoint_from_pieces_computes_what_the_body_computes_on_pieces(t
     b = chars(torch.tensor([char_ids])).last_hidden_state
     assert torch.allclose(a, b, atol=1e-6)
     assert (tmp_path / "chars" / "char_pieces.tsv").read_text(encoding="utf-8").splitlines()[5] == "国\t7\t国"
+
+
+def test_word_add_above_off_leaves_the_upper_layers_to_the_body(tmp_path):
+    """With the gate shut (g = 0), words reach the char states only through ZEN's additions above the word
+    layers: ``word_add_above=False`` then computes exactly what the char body computes, the default does not;
+    the switch survives save/reload."""
+    from transformers import BertConfig, BertModel
+
+    from model.modeling import PolicyBertModel
+
+    batch = _batch()
+    torch.manual_seed(0)
+    body = BertModel(BertConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=32), add_pooling_layer=False).eval()
+    ref = body(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    outs = {}
+    for above in (True, False):
+        m = PolicyBertModel(_tiny_policybert("gate", word_add_above=above), add_pooling_layer=False).eval()
+        missing = m.load_state_dict(body.state_dict(), strict=False).missing_keys
+        assert missing and all("word" in k or "fusion" in k for k in missing)
+        with torch.no_grad():
+            m.encoder.fusion[0].gate.weight.zero_()
+            m.encoder.fusion[0].gate.bias.fill_(-1e4)
+        outs[above] = m(**batch).last_hidden_state
+        m.save_pretrained(tmp_path / str(above))
+        back = PolicyBertModel.from_pretrained(tmp_path / str(above)).eval()
+        assert back.config.word_add_above is above and torch.equal(back(**batch).last_hidden_state, outs[above])
+    assert torch.allclose(outs[False], ref, atol=1e-5)
+    assert not torch.allclose(outs[True], ref, atol=1e-2)
+
+
+def test_bench_runner_saves_vocabs_runs_jobs_and_renders_the_table(bench_root, tiny_bert, tmp_path):
+    """``bench/benchmark_run.py`` without Prefect: per-task vocabularies from the train splits, two runs as
+    parallel child processes (one JSON line each), then the Markdown table beside the baselines."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "benchmark_run.py"
+    words, runs = tmp_path / "words", tmp_path / "runs.jsonl"
+    common = ["--data", str(bench_root), "--tasks", "sa"]
+    subprocess.run([sys.executable, str(script), *common, "--save-vocab", str(words)], check=True)
+    assert len((words / "sa.txt").read_text(encoding="utf-8").split()) > 10
+    subprocess.run([sys.executable, str(script), *common, "--model", str(tiny_bert), "--variants", "plain,gate",
+                    "--budget", "tiny", "--jobs", "2", "--vocab-dir", str(words), "--out", str(runs)], check=True,
+                   timeout=600)
+    lines = [json.loads(x) for x in runs.read_text(encoding="utf-8").splitlines()]
+    assert sorted(r["variant"] for r in lines) == ["gate", "plain"]
+    assert all(r["steps"] == 3 and 0.0 <= r["test"]["accuracy"] <= 1.0 for r in lines)
+    out = subprocess.run([sys.executable, str(script), "--data", str(bench_root), "--budget", "tiny", "--table",
+                          str(runs)], check=True, capture_output=True, text=True).stdout
+    assert "| sa | accuracy | tfidf-lr |" in out and "| sa | accuracy | gate | 1 |" in out and "n/a (1 seed)" in out

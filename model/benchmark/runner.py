@@ -53,13 +53,14 @@ class Budget:
     max_words: int = 40
     eval_every: int = 0
     device: str = "auto"
+    word_add_above: bool = True
 
     def describe(self) -> str:
         """One line for the table: the caps of this budget."""
         return (f"{self.name}: train <= {self.max_train or 'all'} rows, dev/test <= {self.max_eval or 'all'}, "
                 f"{f'{self.max_steps} steps' if self.max_steps else f'{self.epochs} epochs'}, batch {self.batch_size}, "
                 f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
-                f"word layers {self.word_layers}")
+                f"word layers {self.word_layers}" + ("" if self.word_add_above else ", words fused in word layers only"))
 
 
 BUDGETS: dict[str, Budget] = {
@@ -126,7 +127,7 @@ def build_model(model_dir: str | os.PathLike, variant: str, splits: Splits, budg
     from model.backbones import config_from_backbones, init_from_backbones
 
     cfg = config_from_backbones(str(model_dir), None, fusion=variant, word_vocab_size=matcher.size,
-                                max_words=budget.max_words, **layers, **head,
+                                max_words=budget.max_words, word_add_above=budget.word_add_above, **layers, **head,
                                 num_word_layers=min(budget.word_layers, budget.layers or 10 ** 6))
     m = (PolicyBertForTokenClassification if token else PolicyBertForSequenceClassification)(cfg)
     init_from_backbones(m, str(model_dir))
