@@ -39,6 +39,9 @@ class ModelSize:
     fusion: str = "gate"
     num_word_layers: int = 1
     max_words: int = 40
+    # ZEN's additions of the last word states above the word layers (SPEC §6); false fuses in the word layers
+    # only, which keeps a pretrained char body's upper layers (README, public benchmarks)
+    word_add_above: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ def _parse_value(text: str, current):
         value = json.loads(text)
     except ValueError:
         value = text
+    if isinstance(current, bool) and not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {text!r}")
     if isinstance(current, bool) or current is None:
         return value
     if isinstance(current, float) and isinstance(value, int):

@@ -202,14 +202,15 @@ def _pretraining_config(model_kwargs: dict, char_vocab: int, word_vocab: int, ch
     if char_backbone:
         config = config_from_backbones(char_backbone, word_backbone, word_vocab_size=word_vocab,
                                        **{k: v for k, v in model_kwargs.items()
-                                          if k in ("fusion", "max_words", "num_word_layers") and not
+                                          if k in ("fusion", "max_words", "num_word_layers", "word_add_above") and not
                                           (k == "num_word_layers" and word_backbone)})
         if config.vocab_size < char_vocab:
             raise ValueError(f"char backbone vocab {config.vocab_size} < tokenizer vocab {char_vocab}")
         return config
     if plain:
         return BertConfig(vocab_size=char_vocab, type_vocab_size=2, **{k: v for k, v in model_kwargs.items()
-                                                                        if k not in ("fusion", "num_word_layers", "max_words")})
+                                                                        if k not in ("fusion", "num_word_layers", "max_words",
+                                                                                     "word_add_above")})
     return PolicyBertConfig(vocab_size=char_vocab, word_vocab_size=word_vocab, **model_kwargs)
 
 

@@ -34,6 +34,8 @@ BAD = {
     "model.hidden_size=33": "model.hidden_size = 33: must be a multiple of model.num_attention_heads",
     "model.num_hidden_layers=0": "ModelSize.num_hidden_layers = 0",
     "model.fusion=\"sum\"": "ModelSize.fusion = 'sum': must be one of",
+    "model.word_add_above=no": "--set model.word_add_above=no: expected true or false, got 'no'",
+    "backbone.char_init=1": "expected true or false, got '1'",
 }
 
 

@@ -319,3 +319,18 @@ def test_finetuning_reads_its_splits_shard_by_shard_as_the_seeded_sample(tmp_pat
         got, want = read_split(tmp_path / "t", "train", k, 13), full.sample(k, random_state=13)
         assert got.equals(want) and list(got.index) == list(want.index)
     assert read_split(tmp_path / "t", "dev", 10_000, 13).equals(read_table(tmp_path / "t", partition={"split": "dev"}))
+
+
+def test_pretraining_config_carries_word_add_above_from_the_profile(tmp_path):
+    """The profile's ``model.word_add_above`` reaches PolicyBERT's config on both paths (from a char backbone
+    and from scratch); the plain BERT row takes no word settings."""
+    from model.stages import PLAIN_BERT, _pretraining_config
+
+    bge, _ = _bge_like(tmp_path)
+    kw = {"fusion": "gate", "num_word_layers": 1, "max_words": 8, "word_add_above": False}
+    assert _pretraining_config(kw, 70, 4, str(bge), None).word_add_above is False
+    assert _pretraining_config({**kw, "word_add_above": True}, 70, 4, str(bge), None).word_add_above is True
+    scratch = {**kw, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+    assert _pretraining_config(scratch, 70, 4, None, None).word_add_above is False
+    plain = _pretraining_config({**scratch, "fusion": PLAIN_BERT}, 70, 4, None, None)
+    assert plain.model_type == "bert" and not hasattr(plain, "word_add_above")
