@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model.benchmark.data import cap, load_task  # noqa: E402
-from model.benchmark.runner import BUDGETS, finetune_task  # noqa: E402
+from model.benchmark.data import TASKS, cap, load_task  # noqa: E402
+from model.benchmark.runner import BUDGETS, VARIANTS, finetune_task  # noqa: E402
 from model.features import WordMatcher  # noqa: E402
 
 
@@ -170,9 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         text = table_from_runs(args.table, args.budget, args.data)
         print(text)
         if args.out:
-            Path(args.out).write_text(text, encoding="utf-8")
+            from storage.atomic import atomic_path
+
+            with atomic_path(args.out) as tmp:
+                Path(tmp).write_text(text, encoding="utf-8")
         return 0
     tasks = args.tasks.split(",")
+    bad = [t for t in tasks if t not in TASKS] + [v for v in args.variants.split(",") if v not in VARIANTS]
+    if bad or args.jobs < 1 or args.seeds < 1:
+        raise SystemExit(f"error: unknown task/variant {bad} (tasks {', '.join(TASKS)}; variants "
+                         f"{', '.join(VARIANTS)}), or --jobs/--seeds below 1")
     if args.save_vocab:
         save_vocabs(tasks, args.data, args.save_vocab)
         return 0

@@ -317,3 +317,6 @@ def test_bench_runner_saves_vocabs_runs_jobs_and_renders_the_table(bench_root, t
     out = subprocess.run([sys.executable, str(script), "--data", str(bench_root), "--budget", "tiny", "--table",
                           str(runs)], check=True, capture_output=True, text=True).stdout
     assert "| sa | accuracy | tfidf-lr |" in out and "| sa | accuracy | gate | 1 |" in out and "n/a (1 seed)" in out
+    bad = subprocess.run([sys.executable, str(script), "--tasks", "sa,qa", "--model", str(tiny_bert), "--vocab-dir",
+                          str(words)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "error: unknown task/variant ['qa']" in bad.stderr
