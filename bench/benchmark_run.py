@@ -74,7 +74,7 @@ def table_from_runs(paths: list[str], budget_name: str, data: str | None) -> str
     from model.benchmark.report import long_rows, markdown, summary
 
     runs = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines() if line]
-    if not runs or any(not {"task", "variant", "seed", "test", "budget"} <= set(r) for r in runs):
+    if not runs or any(not {"task", "variant", "seed", "test", "budget", "seconds", "train_rows", "test_rows"} <= set(r) for r in runs):
         raise ValueError(f"{paths}: not runs of bench/benchmark_run.py")
     budgets = list(dict.fromkeys(r["budget"] for r in runs))
     b = BUDGETS[budget_name]
@@ -118,13 +118,9 @@ def matcher_for(task: str, args: argparse.Namespace) -> WordMatcher:
 
 def run_one(task: str, variant: str, seed: int, args: argparse.Namespace) -> dict:
     """One fine-tuning and test: the JSON line's fields."""
-    budget = BUDGETS[args.budget]
-    if args.epochs:
-        budget = replace(budget, epochs=args.epochs)
-    if args.device:
-        budget = replace(budget, device=args.device)
-    if args.no_word_add_above:
-        budget = replace(budget, word_add_above=False)
+    b = BUDGETS[args.budget]
+    budget = replace(b, epochs=args.epochs or b.epochs, device=args.device or b.device,
+                     word_add_above=b.word_add_above and not args.no_word_add_above)
     r = finetune_task(load_task(task, args.data), args.model, variant, budget, seed, matcher_for(task, args),
                       log=lambda m: None)
     return {"task": task, "variant": variant, "seed": seed, "test": r["scores"], "dev": r["dev"],
@@ -145,12 +141,11 @@ def run_parallel(jobs: list[tuple[str, str, int]], args: argparse.Namespace, arg
     """Run each (task, variant, seed) as a child process of this script, at most ``args.jobs`` at once."""
     threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    base = list(argv)
     pending, running, failed = list(jobs), [], 0
     while pending or running:
         while pending and len(running) < args.jobs:
             task, variant, seed = pending.pop(0)
-            cmd = [sys.executable, __file__, *base, "--tasks", task, "--variants", variant, "--seeds", "1",
+            cmd = [sys.executable, __file__, *argv, "--tasks", task, "--variants", variant, "--seeds", "1",
                    "--first-seed", str(seed), "--jobs", "1"]
             running.append(((task, variant, seed), subprocess.Popen(cmd, env=env)))
         time.sleep(1)
