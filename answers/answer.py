@@ -1,8 +1,9 @@
 """Extractive answers with their sources (SPEC §9): the document first, then the span within it.
 
 For a question: the top chunks of the hybrid search (SPEC §7) grouped by document (a document counts once,
-at the rank of its best chunk); every sentence, 2–3 sentence window and clause of the first ``max_docs``
-documents is a candidate (long documents: only the sentences near their retrieved chunks); the learned
+at the rank of its best chunk); every sentence, 2–3 sentence window, clause and clause run of the first
+``max_docs`` documents is a candidate, with the entities and the stretches between the question's echoes of each
+sentence (:mod:`answers.candidates`; long documents: only the sentences near their retrieved chunks); the learned
 :class:`~answers.scorer.AnswerScorer` scores documents and spans (:mod:`answers.features`); the answer list
 holds the best span of each document, best first, with its offsets into the cleaned document text.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from answers.candidates import document_spans, sentence_offsets
+from answers.candidates import document_spans, question_spans, sentence_offsets
 from answers.features import Prepared, doc_features, question_chars, sentence_bm25, span_rows
 
 
@@ -103,6 +104,7 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
         d["text"], d["meta"] = _text_of(d, store)
         d["sentences"] = _sentences(d["text"], d["hits"], cfg)
         d["spans"] = document_spans(d["text"], d["sentences"])
+        d["spans"] += question_spans(d["text"], d["sentences"], question, {(s.start, s.end) for s in d["spans"]})
         d["chunk_rank_at"] = _chunk_rank_fn(d["hits"])
     flat = [d["text"][s:e] for d in docs for s, e in d["sentences"]]
     titles = [d["meta"].get("title") or "" for d in docs]
@@ -172,8 +174,7 @@ def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> li
     passage_start, passage_end, kind, doc_rank."""
     if not prep.spans:
         return []
-    p_doc = scorer.doc.predict(prep.doc_x)
-    raw = p_doc[prep.span_doc] * scorer.span.predict(prep.span_x)
+    p_doc, raw = scorer.raw_scores(prep.doc_x, prep.span_x, prep.span_doc)
     out = []
     for g, d in enumerate(prep.docs):
         idx = np.flatnonzero(prep.span_doc == g)

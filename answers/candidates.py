@@ -1,6 +1,8 @@
 """Candidate answer spans of a document (SPEC §9): sentences and clauses from the project's splitter
-(:mod:`corpus.sentences`, SPEC §4) with their character offsets in the cleaned text, plus windows of 2 and
-3 consecutive sentences (answers to "what measures…" questions often run over several sentences).
+(:mod:`corpus.sentences`, SPEC §4) with their character offsets in the cleaned text, windows of 2 and
+3 consecutive sentences (answers to "what measures…" questions often run over several sentences), and runs
+of consecutive clauses inside a sentence (an answer is often the part of a sentence after the words that
+echo the question: "工业和信息化部到北京北铃专用汽车有限公司进行督导检查" answers "…到哪家企业…").
 """
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ _CLAUSE = re.compile(r"[，,]")
 @dataclass(frozen=True)
 class Span:
     """One candidate: ``start``/``end`` char offsets into the cleaned document text (end exclusive);
-    ``first``/``last``: indices of the sentences it covers; ``kind``: ``sentence``, ``window`` or ``clause``."""
+    ``first``/``last``: indices of the sentences it covers; ``kind``: ``sentence``, ``window``, ``clause``,
+    ``run`` (2 or more consecutive clauses of one sentence, fewer than all), or, depending on the question,
+    ``entity`` or ``gap`` (:func:`question_spans`)."""
 
     start: int
     end: int
@@ -59,10 +63,20 @@ def clause_offsets(text: str, start: int, end: int, min_chars: int = 4) -> list[
     return out
 
 
+def clause_runs(clauses: list[tuple[int, int]], max_clauses: int = 8) -> list[tuple[int, int]]:
+    """(start, end) of every run of 2 or more consecutive ``clauses`` short of all of them; [] when there are
+    fewer than 3 clauses or more than ``max_clauses`` (runs grow as the square of the clause count)."""
+    n = len(clauses)
+    if n < 3 or n > max_clauses:
+        return []
+    return [(clauses[a][0], clauses[b][1]) for a in range(n) for b in range(a + 1, n) if b - a + 1 < n]
+
+
 def document_spans(text: str, sentences: list[tuple[int, int]], max_window: int = 3,
-                   max_window_chars: int = 400) -> list[Span]:
+                   max_window_chars: int = 400, max_clauses: int = 8) -> list[Span]:
     """Every candidate of one document: each sentence, each window of 2..``max_window`` sentences no longer
-    than ``max_window_chars``, and each clause of a multi-clause sentence."""
+    than ``max_window_chars``, each clause of a multi-clause sentence and each run of its clauses
+    (:func:`clause_runs`, sentences of at most ``max_clauses`` clauses)."""
     out = []
     for i, (s, e) in enumerate(sentences):
         out.append(Span(s, e, i, i, "sentence"))
@@ -70,6 +84,86 @@ def document_spans(text: str, sentences: list[tuple[int, int]], max_window: int 
             j = i + w - 1
             if j < len(sentences) and sentences[j][1] - s <= max_window_chars:
                 out.append(Span(s, sentences[j][1], i, j, "window"))
-        for a, b in clause_offsets(text, s, e):
-            out.append(Span(a, b, i, i, "clause"))
+        clauses = clause_offsets(text, s, e)
+        out += [Span(a, b, i, i, "clause") for a, b in clauses]
+        out += [Span(a, b, i, i, "run") for a, b in clause_runs(clauses, max_clauses)]
+    return out
+
+
+_ENTITY = re.compile(
+    r"https?://[\w./?=&%#:~+-]+|www\.[\w./?=&%#:~+-]+"  # web addresses
+    r"|\d{3,4}[-－]\d{7,8}(?:[-－]\d{1,5})?|\d{5,}"  # telephone and other long numbers
+    r"|(?:\d{4}年)?\d{1,2}月\d{1,2}日(?:[（(]星期.[）)])?(?:\d{1,2}[:：]\d{2}|\d{1,2}时)?"  # dates (and hours)
+    r"|\d+(?:\.\d+)?(?:%|％|万元|亿元|元|万|个月|天|日|小时|人|家|台|件|次|倍)"  # amounts and quantities
+)
+_PUNCT_EDGE = " \u3000\n，,。；;：:、！？!?（）()“”\"'《》"
+
+
+def entity_offsets(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """(start, end) of the web addresses, telephone numbers, dates and amounts in ``text[start:end]``
+    (factoid answers: "审批服务热线是多少？" → ``86512345``)."""
+    return [m.span() for m in _ENTITY.finditer(text, start, end)]
+
+
+def question_bigrams(question: str) -> set[str]:
+    """The character bigrams of the question (whitespace dropped)."""
+    q = "".join(question.split())
+    return {q[i:i + 2] for i in range(len(q) - 1)}
+
+
+def gap_offsets(text: str, start: int, end: int, q_bigrams: set[str], min_chars: int = 2,
+                max_chars: int = 120) -> list[tuple[int, int]]:
+    """The stretches of the sentence ``text[start:end]`` between the words that echo the question: every
+    character inside a bigram the question also holds is an echo; each maximal run of other characters
+    (edge punctuation trimmed, ``min_chars``..``max_chars`` long) is a candidate, as is that run up to the
+    end of its clause ("对哄抬物价、造假等行为给予处罚和刑事拘留" asked "如何处置哄抬物价、造假等行为？" →
+    ``给予处罚和刑事拘留``). [] when nothing in the sentence echoes the question."""
+    echo = [False] * (end - start)
+    for i in range(start, end - 1):
+        if text[i:i + 2] in q_bigrams:
+            echo[i - start] = echo[i - start + 1] = True
+    if not any(echo):
+        return []
+    out, i = set(), 0
+    while i < len(echo):
+        if echo[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(echo) and not echo[j]:
+            j += 1
+        a, b = _trim(text, start + i, start + j)
+        if min_chars <= b - a <= max_chars:
+            out.add((a, b))
+            m = _CLAUSE_END.search(text, b, end)
+            c = _trim(text, a, m.start() if m else end)
+            if c[1] > b and c[1] - c[0] <= max_chars:
+                out.add(c)
+        i = j
+    return sorted(out)
+
+
+_CLAUSE_END = re.compile(r"[，,。；;！？!?]")
+
+
+def _trim(text: str, a: int, b: int) -> tuple[int, int]:
+    while a < b and text[a] in _PUNCT_EDGE:
+        a += 1
+    while b > a and text[b - 1] in _PUNCT_EDGE:
+        b -= 1
+    return a, b
+
+
+def question_spans(text: str, sentences: list[tuple[int, int]], question: str,
+                   have: set[tuple[int, int]] | None = None) -> list[Span]:
+    """The candidates that depend on the question: each sentence's entities (``entity``, :func:`entity_offsets`)
+    and gaps between the question's echoes (``gap``, :func:`gap_offsets`), less those already in ``have``
+    ((start, end) pairs)."""
+    qb, seen, out = question_bigrams(question), set(have or ()), []
+    for i, (s, e) in enumerate(sentences):
+        for kind, spans in (("entity", entity_offsets(text, s, e)), ("gap", gap_offsets(text, s, e, qb))):
+            for a, b in spans:
+                if (a, b) not in seen:
+                    seen.add((a, b))
+                    out.append(Span(a, b, i, i, kind))
     return out

@@ -10,7 +10,10 @@ span's sentences and the sentences around it, relative to the document's best; t
 tokens and characters the span (and the span with the sentence before it) contains; cosine similarity with
 the index's encoder for the sentences the BM25 ranks first (``dense_sentences``); position; length; kind;
 whether a retrieved chunk holds it and that chunk's rank; cues matching the question's type (numbers, dates,
-places). All scores enter as ranks or ratios within the question, so the weights do not depend on the
+places); and the span's extent within its sentences: how much of the question the words left out of the span
+cover (before it and after it: the echo of the question beside the answer), the share of the span's characters
+new to the question, whether it starts or ends where its sentence does, its clause count and its length
+relative to the question's. All scores enter as ranks or ratios within the question, so the weights do not depend on the
 scale of one encoder or one corpus.
 """
 from __future__ import annotations
@@ -29,7 +32,9 @@ SPAN_FEATURES = ("bm25_first", "bm25_max", "bm25_prev", "bm25_next", "bm25_rank_
                  "cover", "cover_ctx", "char_cover", "char_cover_ctx", "dense_first", "dense_prev", "dense_rank_log",
                  "pos_rel", "pos_first", "pos_log", "len_log", "kind_sentence", "kind_window2", "kind_window3",
                  "kind_clause", "in_chunk", "chunk_rank_log", "after_colon", "num_cue", "date_cue", "place_cue",
-                 "how_len", "enum_start", "title_in_span")
+                 "how_len", "enum_start", "title_in_span", "kind_run", "pre_char_cover", "post_char_cover",
+                 "new_char_share", "starts_sentence", "ends_sentence", "clauses_log", "len_vs_question",
+                 "kind_entity", "kind_gap")
 
 _NUM_Q = re.compile(r"多少|几|比例|金额|费用|标准|额度|多长|多久|电话|号码|账号|热线")
 _DATE_Q = re.compile(r"什么时候|何时|哪天|日期|时间|截止|期限|起止|多久|哪一天")
@@ -39,6 +44,7 @@ _DIGIT = re.compile(r"\d|[一二三四五六七八九十百千万]+[元%个天�
 _DATE = re.compile(r"\d+月\d*日?|\d{4}年|[一二三四五六七八九十]+月[一二三四五六七八九十]*日")
 _PLACE = re.compile(r"[省市区县镇村路街号楼院]|医院|中心|大厦")
 _ENUM = re.compile(r"^[（(]?[一二三四五六七八九十\d]+[）)、.．]")
+_CLAUSE_MARK = re.compile(r"[，,；;：:]")
 _STOP_CHARS = set("的了是在和与及或等对为有何哪些什么如何怎样怎么吗呢？?，,。、：:；;“”\"'（）() 年月日")
 
 
@@ -119,19 +125,23 @@ def span_rows(question: str, d: dict, bm: np.ndarray, dense: np.ndarray, best_al
         drank[idx[np.argsort(-dense[idx], kind="stable")]] = np.arange(len(idx))
     num_q, date_q, place_q, how_q = _cues(question)
     title = d["meta"].get("title") or ""
+    rel = (bm / best).tolist() if best > 0 else [0.0] * n
+    bm_all = (bm / best_all).tolist() if best_all > 0 else [0.0] * n
+    sent_chars = [set(text[a:b]) for a, b in sents]
+    unions: dict[tuple[int, int], set] = {}
     rows = []
     for sp in d["spans"]:
         i, j = sp.first, sp.last
         span_text = text[sp.start:sp.end]
-        st = set().union(*toks[i:j + 1])
+        st = toks[i] if i == j else unions.setdefault((i, j), set().union(*toks[i:j + 1]))
         prev = toks[i - 1] if i > 0 else set()
         chars = set(span_text)
-        prev_chars = set(text[sents[i - 1][0]:sents[i - 1][1]]) if i > 0 else set()
+        prev_chars = sent_chars[i - 1] if i > 0 else set()
         rank_c = d["chunk_rank_at"](sp.start)
         rows.append([
-            _rel(bm[i:i + 1], best)[0], _rel(bm[i:j + 1], best).max(), _rel(bm[i - 1:i], best)[0] if i > 0 else 0.0,
-            _rel(bm[j + 1:j + 2], best)[0] if j + 1 < n else 0.0, math.log1p(rank[i]),
-            bm[i] / best_all if best_all > 0 else 0.0, float(rank[i] == 0),
+            rel[i], max(rel[i:j + 1]), rel[i - 1] if i > 0 else 0.0,
+            rel[j + 1] if j + 1 < n else 0.0, math.log1p(rank[i]),
+            bm_all[i], float(rank[i] == 0),
             _cover(q_tok, st), _cover(q_tok, st | prev),
             len(q_chars & chars) / len(q_chars) if q_chars else 0.0,
             len(q_chars & (chars | prev_chars)) / len(q_chars) if q_chars else 0.0,
@@ -145,8 +155,21 @@ def span_rows(question: str, d: dict, bm: np.ndarray, dense: np.ndarray, best_al
             float(num_q and bool(_DIGIT.search(span_text))), float(date_q and bool(_DATE.search(span_text))),
             float(place_q and bool(_PLACE.search(span_text))), float(how_q) * math.log1p(len(span_text)),
             float(bool(_ENUM.match(span_text))), float(bool(title) and title[:12] in span_text),
+            *_extent(text, sp, sents, span_text, chars, q_chars, len(question)),
         ])
     return rows
+
+
+def _extent(text: str, sp: Span, sents: list[tuple[int, int]], span_text: str, chars: set[str],
+            q_chars: set[str], q_len: int) -> list[float]:
+    """The extent and kind features (the last 10 of SPAN_FEATURES) of one span."""
+    pre, post = text[sents[sp.first][0]:sp.start], text[sp.end:sents[sp.last][1]]
+    nq = len(q_chars) or 1
+    return [float(sp.kind == "run"), len(q_chars & set(pre)) / nq, len(q_chars & set(post)) / nq,
+            len(chars - q_chars) / len(chars) if chars else 0.0,
+            float(not pre.strip()), float(not post.strip(" 。！？；;!?\u3000\n")),
+            math.log1p(len(_CLAUSE_MARK.findall(span_text))), math.log((len(span_text) + 1) / (q_len + 1)),
+            float(sp.kind == "entity"), float(sp.kind == "gap")]
 
 
 def question_chars(question: str) -> set[str]:

@@ -42,16 +42,40 @@ def span_target(prep, g: int, row) -> np.ndarray:
 
 
 def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, info: dict | None = None,
-               model: str = "trees") -> AnswerScorer:
-    """Fit the document model (retrieved documents; label: the gold document), the span model (spans of
-    the gold document; target :func:`span_target`), both ``trees`` (:class:`~answers.scorer.TreeModel`) or
-    ``linear`` (:class:`~answers.scorer.LinearModel`, inverse regularisation ``c``), and the Platt
-    calibration of the top answers' raw scores against "overlaps the gold span", all on ``examples`` (from
-    :func:`build_examples`).
+               model: str = "ranker", grades: int = 10, calib_folds: int = 5) -> AnswerScorer:
+    """Fit the document model (retrieved documents; label: the gold document; trees, or a logistic regression
+    for ``linear``), the span model on the spans of each gold document (target :func:`span_target`) and the
+    Platt calibration of the top answers' raw scores against "overlaps the gold span", all on ``examples``
+    (from :func:`build_examples`). Span models: ``ranker`` (LambdaRank, relevance the target in ``grades``
+    integer grades, questions whose gold span no candidate overlaps left out; ``combine="rank"``), ``trees``
+    (a regression of the target; ``combine="product"``) or ``linear`` (inverse regularisation ``c``).
+
+    The calibration reads the top answers of models that did not see the question: ``calib_folds``-fold
+    cross-fitting by document (in-sample scores of boosted trees are overconfident); with fewer documents
+    than folds, in-sample.
 
     Raises:
-        ValueError: the examples hold no positive document or span (nothing to learn).
+        ValueError: an unknown ``model``, or the examples hold no positive document or span (nothing to learn).
     """
+    if model not in ("ranker", "trees", "linear"):
+        raise ValueError(f"model = {model!r}: 'ranker', 'trees' or 'linear'")
+    doc, span, counts = _fit_models(examples, model, c, grades)
+    combine = "rank" if model == "ranker" else "product"
+    scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}), combine=combine)
+    level, hit = [], []
+    for part, scored_by in _calibration_parts(examples, scorer, model, c, grades, calib_folds):
+        for row, prep in part:
+            top = rank_answers(prep, scored_by, 1)
+            if top:
+                level.append(scored_by._level(top[0]["raw_score"]))
+                hit.append(float(is_hit(top[0], row)))
+    scorer.calib_a, scorer.calib_b = _platt(np.asarray(level), np.asarray(hit))
+    scorer.info.update({"span_model": model, **counts, "calibration_top1_hit": float(np.mean(hit)) if hit else None})
+    return scorer
+
+
+def _fit_models(examples: list[tuple], model: str, c: float, grades: int):
+    """(document model, span model, row counts) fitted on ``examples`` (see :func:`fit_scorer`)."""
     dx, dy, sx, sy = [], [], [], []
     for row, prep in examples:
         for g, d in enumerate(prep.docs):
@@ -63,24 +87,38 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
                 sy.append(span_target(prep, g, row))
     if not sum(dy) or not len(sx):
         raise ValueError("no training question has its document retrieved: nothing to learn")
+    if model == "linear":
+        return (LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c),
+                LinearModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), c), {})
+    doc = TreeModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), classifier=True)
     if model == "trees":
-        doc = TreeModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), classifier=True)
         span = TreeModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), classifier=False)
     else:
-        doc = LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c)
-        span = LinearModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), c)
-    scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}))
-    raw, hit = [], []
-    for row, prep in examples:
-        top = rank_answers(prep, scorer, 1)
-        if top:
-            raw.append(top[0]["raw_score"])
-            hit.append(float(is_hit(top[0], row)))
-    a, b = _platt(np.asarray(raw), np.asarray(hit))
-    scorer.calib_a, scorer.calib_b = a, b
-    scorer.info.update({"doc_rows": len(dy), "doc_positives": int(sum(dy)), "span_rows": int(sum(map(len, sy))),
-                        "train_top1_hit": float(np.mean(hit)) if hit else None})
-    return scorer
+        keep = [i for i, y in enumerate(sy) if y.max() > 0]
+        if not keep:
+            raise ValueError("no candidate span overlaps a gold span: nothing to rank")
+        span = TreeModel.fit_ranker(SPAN_FEATURES, np.vstack([sx[i] for i in keep]),
+                                    np.concatenate([np.rint(sy[i] * grades) for i in keep]),
+                                    [len(sy[i]) for i in keep])
+    return doc, span, {"doc_rows": len(dy), "doc_positives": int(sum(dy)), "span_rows": int(sum(map(len, sy)))}
+
+
+def _calibration_parts(examples, scorer, model, c, grades, folds):
+    """(held-out examples, scorer fitted without them) per fold by document; [(examples, scorer)] when there
+    are fewer documents than folds or a fold's remainder cannot be fitted."""
+    docs = sorted({str(row.doc_id) for row, _ in examples})
+    if folds < 2 or len(docs) < folds:
+        return [(examples, scorer)]
+    fold_of = {d: i % folds for i, d in enumerate(np.random.default_rng(0).permutation(docs))}
+    parts = []
+    for k in range(folds):
+        held = [e for e in examples if fold_of[str(e[0].doc_id)] == k]
+        try:
+            doc, span, _ = _fit_models([e for e in examples if fold_of[str(e[0].doc_id)] != k], model, c, grades)
+        except ValueError:
+            return [(examples, scorer)]
+        parts.append((held, AnswerScorer(doc, span, combine=scorer.combine)))
+    return parts
 
 
 def is_hit(ans: dict, row) -> bool:
@@ -89,13 +127,12 @@ def is_hit(ans: dict, row) -> bool:
                                                                             row.gold_end)
 
 
-def _platt(raw: np.ndarray, hit: np.ndarray) -> tuple[float, float]:
-    """(a, b) of P(hit) = sigmoid(a·logit(raw) + b) (Platt 1999), by logistic regression; (1, 0) when the
-    labels hold one class."""
+def _platt(level: np.ndarray, hit: np.ndarray) -> tuple[float, float]:
+    """(a, b) of P(hit) = sigmoid(a·level + b) (Platt 1999), by logistic regression, ``level`` the raw scores
+    as :meth:`AnswerScorer.calibrate` reads them; (1, 0) when the labels hold one class."""
     from sklearn.linear_model import LogisticRegression
 
     if len(set(hit.tolist())) < 2:
         return 1.0, 0.0
-    r = np.clip(raw, 1e-9, 1 - 1e-9)
-    lr = LogisticRegression(C=100.0).fit(np.log(r / (1 - r))[:, None], hit)
+    lr = LogisticRegression(C=100.0).fit(np.asarray(level, dtype=np.float64)[:, None], hit)
     return float(lr.coef_[0, 0]), float(lr.intercept_[0])

@@ -1,14 +1,19 @@
-"""The learned answer scorer (SPEC §9): two gradient-boosted tree ensembles (scikit-learn's
-HistGradientBoosting, after LightGBM: Ke et al. 2017) stored as plain JSON numbers, fitted by
-:mod:`answers.fit` from the shared NCPQA answer spans. (A logistic regression, :class:`LinearModel`, is the
-simpler alternative; on held-out NCPQA questions the trees answer more questions right.)
+"""The learned answer scorer (SPEC §9): gradient-boosted tree ensembles stored as plain JSON numbers,
+fitted by :mod:`answers.fit` from the shared NCPQA answer spans.
 
-- document model: P(this retrieved document holds the answer | document features) (binary log-loss);
-- span model: the char-F1 of a span against the answer (0 when it does not overlap the gold span), given the
-  span is in the answering document (squared error);
-- a span's raw score is P(document) × span score; a Platt scaling (Platt 1999) of its log-odds, fitted on the
-  training questions' top answers, turns it into P(the top answer overlaps the gold span): the ``score``
-  users see, with ``threshold`` the level under which the stage says "no answer found".
+- document model: P(this retrieved document holds the answer | document features) (scikit-learn's
+  HistGradientBoosting classifier, binary log-loss);
+- span model: a ranker of the spans of the answering document (LightGBM's LambdaRank, Burges 2010, Ke et al.
+  2017), relevance the span's char-F1 against the answer in 10 grades (0 when it does not overlap the gold
+  span): it learns which span is best among its neighbours, which a pointwise fit of the F1 (the ``product``
+  scorer below) does not — on NCPQA's training questions (5-fold by document) top-1 char-F1 0.44 against 0.37;
+- a span's raw score is log P(document) + its ranking score (``combine="rank"``); a Platt scaling (Platt 1999)
+  of the raw score, fitted on the training questions' top answers, turns it into P(the top answer overlaps the
+  gold span): the ``score`` users see, with ``threshold`` the level under which the stage says "no answer
+  found".
+- the simpler alternatives (``combine="product"``): a logistic regression (:class:`LinearModel`) or a
+  HistGradientBoosting regressor of the span's char-F1, raw score P(document) × span score, calibrated on its
+  log-odds.
 
 Only numbers and names are stored (never pickles), so a scorer file can be read without trusting it.
 """
@@ -22,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 SCORER_FILE = "answers/scorer.json"
-FORMAT = 1
+FORMAT = 2
 
 
 class ScorerMissingError(FileNotFoundError):
@@ -76,7 +81,10 @@ class LinearModel:
 @dataclass
 class TreeModel:
     """A tree ensemble as plain numbers: ``baseline`` + the sum of one leaf value per tree; ``link``
-    ``identity`` (regression, clipped to [1e-4, 1]) or ``logistic`` (probability). Each tree is a list of
+    ``identity`` (regression, clipped to [1e-4, 1]), ``logistic`` (probability) or ``rank`` (a ranking score,
+    unbounded: only its order within a question and its calibrated level mean anything). ``lightgbm``: the
+    same trees in LightGBM's text model format when LightGBM fitted them, used (when LightGBM is installed)
+    to score faster, after checking on random rows that it scores as the trees do. Each tree is a list of
     nodes ``[feature, threshold, missing_left, left, right, is_leaf, value]``: go left when
     ``x[feature] <= threshold`` (or the value is NaN and ``missing_left``)."""
 
@@ -85,29 +93,107 @@ class TreeModel:
     link: str
     trees: list[list[list[float]]]
     kind: str = "trees"
+    lightgbm: str = ""
 
     def raw(self, x: np.ndarray) -> np.ndarray:
-        """Summed leaf values plus the baseline, (n,) for ``x`` (n, len(names))."""
+        """Summed leaf values plus the baseline, (n,) for ``x`` (n, len(names)): LightGBM's own predictor when
+        :meth:`booster` has one, else every row walks every tree at once, one level per step."""
         x = np.asarray(x, dtype=np.float64)
+        booster = self.booster()
+        if booster is not None and len(x):
+            return self.baseline + booster.predict(x, raw_score=True, num_threads=1)
+        return self._walk(x)
+
+    def booster(self):
+        """A LightGBM ``Booster`` read from ``lightgbm`` (cached), or None without that text or without
+        LightGBM.
+
+        Raises:
+            ValueError: the text's trees score random rows differently from the JSON trees (the file was
+                edited, or written by another version).
+        """
+        if not self.lightgbm:
+            return None
+        if "_booster" not in self.__dict__:
+            try:
+                import lightgbm as lgb
+            except ImportError:
+                self.__dict__["_booster"] = None
+                return None
+            booster = lgb.Booster(model_str=self.lightgbm)
+            x = np.random.default_rng(0).normal(0.0, 3.0, size=(64, len(self.names)))
+            if booster.num_feature() != len(self.names) or not np.allclose(
+                    self.baseline + booster.predict(x, raw_score=True, num_threads=1), self._walk(x), atol=1e-6):
+                raise ValueError("its LightGBM model text does not score as its trees do")
+            self.__dict__["_booster"] = booster
+        return self.__dict__["_booster"]
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`raw` in numpy: every row walks every tree at once, one level per step."""
         out = np.full(len(x), self.baseline)
-        rows = np.arange(len(x))
-        for tree in self.trees:
-            t = np.asarray(tree, dtype=np.float64)
-            node = np.zeros(len(x), dtype=np.int64)
-            while True:
-                leaf = t[node, 5] > 0
-                if leaf.all():
-                    break
-                v = x[rows, t[node, 0].astype(np.int64)]
-                left = np.where(np.isnan(v), t[node, 2] > 0, v <= t[node, 1])
-                node = np.where(leaf, node, np.where(left, t[node, 3], t[node, 4]).astype(np.int64))
-            out += t[node, 6]
-        return out
+        if not self.trees or not len(x):
+            return out
+        t, roots = self._packed()
+        node = np.broadcast_to(roots, (len(x), len(roots))).copy()  # (n, n_trees) global node ids
+        rows = np.arange(len(x))[:, None]
+        while True:
+            inner = t[node, 5] <= 0
+            if not inner.any():
+                break
+            v = x[rows, t[node, 0].astype(np.int64)]
+            left = np.where(np.isnan(v), t[node, 2] > 0, v <= t[node, 1])
+            nxt = np.where(left, t[node, 3], t[node, 4]).astype(np.int64) + roots
+            node = np.where(inner, nxt, node)
+        return out + t[node, 6].sum(axis=1)
+
+    def _packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """All trees' nodes in one (n_nodes, 7) array and each tree's root row (n_trees,), built once."""
+        cached = self.__dict__.get("_packed_cache")
+        if cached is None:
+            arrays = [np.asarray(tree, dtype=np.float64).reshape(-1, 7) for tree in self.trees]
+            roots = np.cumsum([0] + [len(a) for a in arrays[:-1]]).astype(np.int64)
+            cached = (np.vstack(arrays), roots)
+            self.__dict__["_packed_cache"] = cached
+        return cached
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Probabilities (logistic link) or clipped regression values (identity link), (n,)."""
+        """Probabilities (logistic link), clipped regression values (identity link) or ranking scores (rank
+        link), (n,)."""
         r = self.raw(x)
+        if self.link == "rank":
+            return r
         return 1.0 / (1.0 + np.exp(-r)) if self.link == "logistic" else np.clip(r, 1e-4, 1.0)
+
+    @classmethod
+    def fit_ranker(cls, names, x: np.ndarray, grade: np.ndarray, group: list[int], seed: int = 0) -> "TreeModel":
+        """Fit LightGBM's LambdaRank (200 trees of 15 leaves, learning rate 0.05, at least 20 rows a leaf,
+        linear gains of the integer ``grade``, NDCG truncated at 10) on rows ``x`` (n, d) in consecutive
+        groups of sizes ``group`` (one per question; sum = n) and export its trees.
+
+        Raises:
+            ValueError: ``group`` does not add up to the rows, or no group holds two grades (nothing to rank).
+            RuntimeError: the exported trees do not reproduce LightGBM's scores (its dump format changed: pin
+                the version in pyproject.toml).
+        """
+        import lightgbm as lgb
+
+        x, grade = np.asarray(x, dtype=np.float64), np.asarray(grade, dtype=int)
+        if sum(group) != len(x) or len(grade) != len(x):
+            raise ValueError(f"groups of {sum(group)} rows for {len(x)} rows and {len(grade)} grades")
+        bounds = np.cumsum([0, *group])
+        if not any(len(set(grade[a:b].tolist())) > 1 for a, b in zip(bounds[:-1], bounds[1:])):
+            raise ValueError("no question has spans of two grades: nothing to rank")
+        est = lgb.LGBMRanker(objective="lambdarank", n_estimators=200, learning_rate=0.05, num_leaves=15,
+                             min_child_samples=20, label_gain=list(range(int(grade.max()) + 1)),
+                             lambdarank_truncation_level=10, random_state=seed, n_jobs=1, verbose=-1)
+        est.fit(x, grade, group=list(group))
+        dump = est.booster_.dump_model()
+        model = cls(list(names), 0.0, "rank", [_lgb_nodes(t["tree_structure"]) for t in dump["tree_info"]],
+                    lightgbm=est.booster_.model_to_string())
+        if not np.allclose(model._walk(x), est.predict(x), atol=1e-6) or not np.allclose(
+                model.predict(x), est.predict(x), atol=1e-6):
+            raise RuntimeError("exported trees disagree with LightGBM's scores")
+        return model
 
     @classmethod
     def fit(cls, names, x: np.ndarray, y: np.ndarray, classifier: bool, seed: int = 0) -> "TreeModel":
@@ -138,6 +224,31 @@ class TreeModel:
         return model
 
 
+def _lgb_nodes(root: dict) -> list[list[float]]:
+    """One LightGBM tree (``dump_model``'s nested ``tree_structure``) as :class:`TreeModel` nodes, root first.
+
+    Raises:
+        ValueError: a split other than ``<=`` on a number (categorical splits are not used here).
+    """
+    nodes: list[list[float]] = []
+
+    def visit(n: dict) -> int:
+        i = len(nodes)
+        nodes.append([])
+        if "leaf_value" in n:
+            nodes[i] = [0, 0.0, 0, 0, 0, 1, float(n["leaf_value"])]
+            return i
+        if n.get("decision_type") != "<=":
+            raise ValueError(f"LightGBM split {n.get('decision_type')!r}: only numeric '<=' splits are exported")
+        left, right = visit(n["left_child"]), visit(n["right_child"])
+        missing_left = bool(n.get("default_left")) and n.get("missing_type") == "NaN"
+        nodes[i] = [int(n["split_feature"]), float(n["threshold"]), int(missing_left), left, right, 0, 0.0]
+        return i
+
+    visit(root)
+    return nodes
+
+
 def _model(d: dict):
     return TreeModel(**d) if d.get("kind") == "trees" else LinearModel(**{k: v for k, v in d.items() if k != "kind"})
 
@@ -145,7 +256,8 @@ def _model(d: dict):
 @dataclass
 class AnswerScorer:
     """The document and span models, the Platt calibration (``calib_a``, ``calib_b``), the no-answer
-    ``threshold`` on the calibrated score, and ``info`` (what it was fitted on: split, seed, counts, encoder)."""
+    ``threshold`` on the calibrated score, ``combine`` (``rank``: raw = log P(doc) + the span's ranking score;
+    ``product``: raw = P(doc) × span score) and ``info`` (what it was fitted on: split, seed, counts, encoder)."""
 
     doc: "LinearModel | TreeModel"
     span: "LinearModel | TreeModel"
@@ -153,11 +265,31 @@ class AnswerScorer:
     calib_b: float = 0.0
     threshold: float = 0.2
     info: dict = field(default_factory=dict)
+    combine: str = "rank"
+
+    def __post_init__(self):
+        if self.combine not in ("rank", "product"):
+            raise ValueError(f"combine = {self.combine!r}: 'rank' or 'product'")
+
+    def raw_scores(self, doc_x: np.ndarray, span_x: np.ndarray, span_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(doc) per document (n_docs,), raw score per span (n_spans,)) for the matrices of
+        :class:`answers.features.Prepared`; ``span_doc`` (n_spans,) maps spans to documents."""
+        p_doc = self.doc.predict(doc_x)
+        s = self.span.predict(span_x)
+        if self.combine == "rank":
+            return p_doc, np.log(np.clip(p_doc, 1e-9, 1.0))[span_doc] + s
+        return p_doc, p_doc[span_doc] * s
+
+    def _level(self, raw: np.ndarray) -> np.ndarray:
+        r = np.asarray(raw, dtype=np.float64)
+        if self.combine == "rank":
+            return r
+        r = np.clip(r, 1e-9, 1 - 1e-9)
+        return np.log(r / (1 - r))
 
     def calibrate(self, raw: np.ndarray) -> np.ndarray:
-        """P(correct) from raw scores P(doc) × span score (any shape)."""
-        r = np.clip(np.asarray(raw, dtype=np.float64), 1e-9, 1 - 1e-9)
-        return 1.0 / (1.0 + np.exp(-(self.calib_a * np.log(r / (1 - r)) + self.calib_b)))
+        """P(correct) from raw scores (any shape; see ``combine``)."""
+        return 1.0 / (1.0 + np.exp(-(self.calib_a * self._level(raw) + self.calib_b)))
 
     def to_json(self) -> str:
         """The scorer as JSON text (format version, models, calibration, threshold, info)."""
@@ -168,16 +300,21 @@ class AnswerScorer:
         """Parse :meth:`to_json` output.
 
         Raises:
-            ValueError: not a scorer of this format, or fields missing.
+            ValueError: not a scorer of this format, fields missing, or a LightGBM text that does not score as
+                its trees do.
         """
         d = json.loads(text)
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"not an answer scorer of format {FORMAT}")
         try:
-            return cls(_model(d["doc"]), _model(d["span"]), float(d["calib_a"]), float(d["calib_b"]),
-                       float(d["threshold"]), dict(d.get("info", {})))
+            scorer = cls(_model(d["doc"]), _model(d["span"]), float(d["calib_a"]), float(d["calib_b"]),
+                         float(d["threshold"]), dict(d.get("info", {})), str(d["combine"]))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"answer scorer file lacks a field: {exc}") from exc
+        for model in (scorer.doc, scorer.span):
+            if isinstance(model, TreeModel):
+                model.booster()  # checks a LightGBM text against the trees
+        return scorer
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically to ``path`` (folders made)."""

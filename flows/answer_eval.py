@@ -8,7 +8,8 @@
 The questions are split by document (seeded): the scorer is fitted on the questions of 70 % of the documents
 and saved as ``DATA/answers/scorer.json`` (``--install``: also to the user cache, where other data dirs find
 it); every figure is measured on the questions of the other 30 %, beside the baselines "BM25 over all
-sentences" and "first sentence of the top BM25 chunk" and the ceiling of the candidates. Written to
+sentences" and "first sentence of the top BM25 chunk", the earlier pointwise span model and the ceiling of the
+candidates. Written to
 ``DATA/eval/answers/answer_eval.json`` and printed.
 """
 from __future__ import annotations
@@ -64,8 +65,9 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
     scorer.save(Path(data_dir) / SCORER_FILE)
     if install:
         scorer.save(default_cache())
-    learned, per = evaluate_scorer(te, scorer)
-    rows = [learned, oracle_row(te)]
+    learned, per = evaluate_scorer(te, scorer, "answers (span ranker)")
+    pointwise, _ = evaluate_scorer(te, fit_scorer(tr, info=info, model="trees"), "answers (pointwise span trees)")
+    rows = [learned, pointwise, oracle_row(te)]
     test_rows = list(test.itertuples(index=False))
     rows.append(bm25_sentence_baseline(test_rows, pool_sentences(store), backend.tokenize))
     rows.append(first_sentence_baseline(test_rows, lambda qq, k: backend.search(qq, k, mode="sparse"), store))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Debian packages the pipeline needs: a CJK font for the report plots, tesseract + chi_sim for OCR of
-# scanned PDFs, chromium for the browser check of the Prefect UI (ops.ui_check). Installs only what is missing; skipped (with a note) where apt-get or root is unavailable.
+# scanned PDFs, chromium for the browser check of the Prefect UI (ops.ui_check), libgomp1 (the OpenMP runtime
+# LightGBM's wheel links, for the answer span ranker). Installs only what is missing; skipped (with a note) where apt-get or root is unavailable.
 set -euo pipefail
-pkgs=(fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim chromium)
+pkgs=(fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim chromium libgomp1)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from answers.candidates import clause_offsets, document_spans, sentence_offsets
+from answers.candidates import clause_offsets, clause_runs, document_spans, question_spans, sentence_offsets
 from answers.metrics import char_f1, exact_match
 from tests.answer_builders import build_data_dir, fit_test_scorer, questions
 from tests.conftest import REPO
@@ -45,9 +45,66 @@ def test_candidates_are_offsets_into_the_text():
     clauses = clause_offsets(text, *sents[1])
     assert [text[a:b] for a, b in clauses] == ["坚持促进数据合规高效流通使用", "赋能实体经济", "保障安全"]
     spans = document_spans(text, sents)
-    assert {s.kind for s in spans} == {"sentence", "window", "clause"}
+    assert {s.kind for s in spans} == {"sentence", "window", "clause", "run"}
     w = [s for s in spans if s.kind == "window" and s.first == 1 and s.last == 2][0]
     assert text[w.start:w.end].startswith("坚持") and text[w.start:w.end].endswith("制度；")
+    runs = sorted(text[s.start:s.end] for s in spans if s.kind == "run")
+    assert runs == ["坚持促进数据合规高效流通使用，赋能实体经济", "赋能实体经济，保障安全"]
+    assert clause_runs([(0, 1), (2, 3)]) == [] and len(clause_runs([(i, i + 1) for i in range(9)])) == 0
+
+
+def test_question_spans_find_factoids_and_the_words_beside_the_question_s_echo():
+    text = ("多地对哄抬物价、造假等行为给予处罚和刑事拘留。可拨打区审批服务热线（86512345）或通过微信咨询。"
+            "丰台区定于2月10日（星期一）起推行“零见面审批”工作。详见http://zwfw.safe.gov.cn/asone/。")
+    sents = sentence_offsets(text)
+
+    def cands(q):
+        have = {(s.start, s.end) for s in document_spans(text, sents)}
+        out = question_spans(text, sents, q, have)
+        assert all((s.start, s.end) not in have for s in out) and len({(s.start, s.end) for s in out}) == len(out)
+        return {(s.kind, text[s.start:s.end]) for s in out}
+
+    got = cands("如何处置哄抬物价、造假等行为？")
+    assert ("gap", "给予处罚和刑事拘留") in got
+    assert {("entity", "86512345"), ("entity", "2月10日（星期一）"),
+            ("entity", "http://zwfw.safe.gov.cn/asone/")} <= got
+    assert not any(k == "gap" and "86512345" in t for k, t in got)  # nothing in that sentence echoes the question
+    assert ("gap", "定于2月10日（星期一）起推行") in cands("丰台区的“零见面审批”何时开始？")
+
+
+def test_span_ranker_exports_lightgbm_trees_that_rank_held_out_questions():
+    from answers.scorer import AnswerScorer, TreeModel
+
+    rng = np.random.default_rng(0)
+
+    def groups(n):
+        xs, gs, sizes = [], [], []
+        for _ in range(n):
+            x = rng.normal(size=(12, 3))
+            xs.append(x)
+            gs.append(np.clip(np.rint(5 + 4 * x[:, 1]), 0, 10))  # the grade follows feature 1
+            sizes.append(12)
+        return np.vstack(xs), np.concatenate(gs), sizes
+
+    x, g, sizes = groups(60)
+    model = TreeModel.fit_ranker(["a", "b", "c"], x, g, sizes)
+    assert model.link == "rank" and model.trees
+    again = AnswerScorer.from_json(AnswerScorer(model, model).to_json()).span
+    hx, hg, _ = groups(30)
+    s = again.predict(hx)
+    assert np.allclose(s, model.predict(hx))
+    top = [int(np.argmax(s[i:i + 12])) + i for i in range(0, len(s), 12)]
+    best = [hg[i:i + 12].max() for i in range(0, len(s), 12)]
+    assert np.mean([hg[t] == b for t, b in zip(top, best)]) > 0.7
+    other = TreeModel.fit_ranker(["a", "b", "c"], x, np.clip(np.rint(5 - 4 * x[:, 0]), 0, 10), sizes)
+    tampered = json.loads(AnswerScorer(model, model).to_json())
+    tampered["span"]["lightgbm"] = other.lightgbm  # trees of one model, LightGBM text of another
+    with pytest.raises(ValueError, match="does not score as its trees do"):
+        AnswerScorer.from_json(json.dumps(tampered))
+    with pytest.raises(ValueError, match="groups of"):
+        TreeModel.fit_ranker(["a", "b", "c"], x, g, sizes[:-1])
+    with pytest.raises(ValueError, match="two grades"):
+        TreeModel.fit_ranker(["a", "b", "c"], x, np.zeros(len(x)), sizes)
 
 
 def test_metrics():
@@ -64,19 +121,20 @@ def test_scorer_is_plain_json_and_missing_scorer_says_how_to_fit(tmp_path, data)
     s = load_scorer(data)
     text = s.to_json()
     d = json.loads(text)
-    assert d["format"] == 1 and d["span"]["kind"] == "trees" and d["span"]["trees"] and d["doc"]["link"] == "logistic"
+    assert d["format"] == 2 and d["span"]["kind"] == "trees" and d["span"]["trees"] and d["doc"]["link"] == "logistic"
+    assert d["span"]["link"] == "rank" and d["combine"] == "rank" and d["info"]["span_model"] == "ranker"
     again = AnswerScorer.from_json(text)
     x = np.random.default_rng(0).normal(size=(4, len(s.doc.names)))
     y = np.random.default_rng(1).normal(size=(4, len(s.span.names)))
     assert np.allclose(again.doc.predict(x), s.doc.predict(x)) and np.allclose(again.span.predict(y), s.span.predict(y))
-    assert 0 < s.calibrate(np.array([0.5]))[0] < 1
+    assert 0 < s.calibrate(np.array([0.5]))[0] < 1 and np.allclose(again.calibrate([0.5, -2.0]), s.calibrate([0.5, -2.0]))
     os.environ["POLICYBERT_ANSWER_SCORER"] = str(tmp_path / "nowhere.json")
     try:
         with pytest.raises(ScorerMissingError, match="flows.answer_eval"):
             load_scorer(tmp_path)
     finally:
         del os.environ["POLICYBERT_ANSWER_SCORER"]
-    (tmp_path / "bad.json").write_text('{"format": 1}')
+    (tmp_path / "bad.json").write_text('{"format": 2}')
     with pytest.raises(ValueError, match="not a readable answer scorer"):
         load_scorer(tmp_path, tmp_path / "bad.json")
 
