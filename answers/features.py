@@ -13,8 +13,8 @@ whether a retrieved chunk holds it and that chunk's rank; cues matching the ques
 places); and the span's extent within its sentences: how much of the question the words left out of the span
 cover (before it and after it: the echo of the question beside the answer), the share of the span's characters
 new to the question, whether it starts or ends where its sentence does, its clause count and its length
-relative to the question's. All scores enter as ranks or ratios within the question, so the weights do not depend on the
-scale of one encoder or one corpus.
+relative to the question's. All scores enter as ranks or ratios within the question, so the weights do not
+depend on the scale of one encoder or one corpus.
 """
 from __future__ import annotations
 

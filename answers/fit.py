@@ -62,14 +62,14 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     doc, span, counts = _fit_models(examples, model, c, grades)
     combine = "rank" if model == "ranker" else "product"
     scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}), combine=combine)
-    level, hit = [], []
+    levels, hit = [], []
     for part, scored_by in _calibration_parts(examples, scorer, model, c, grades, calib_folds):
         for row, prep in part:
             top = rank_answers(prep, scored_by, 1)
             if top:
-                level.append(scored_by._level(top[0]["raw_score"]))
+                levels.append(scored_by.level(top[0]["raw_score"]))
                 hit.append(float(is_hit(top[0], row)))
-    scorer.calib_a, scorer.calib_b = _platt(np.asarray(level), np.asarray(hit))
+    scorer.calib_a, scorer.calib_b = _platt(np.asarray(levels), np.asarray(hit))
     scorer.info.update({"span_model": model, **counts, "calibration_top1_hit": float(np.mean(hit)) if hit else None})
     return scorer
 

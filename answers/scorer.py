@@ -280,7 +280,8 @@ class AnswerScorer:
             return p_doc, np.log(np.clip(p_doc, 1e-9, 1.0))[span_doc] + s
         return p_doc, p_doc[span_doc] * s
 
-    def _level(self, raw: np.ndarray) -> np.ndarray:
+    def level(self, raw: np.ndarray) -> np.ndarray:
+        """The raw scores as the calibration reads them: as they are (``rank``) or their log-odds (``product``)."""
         r = np.asarray(raw, dtype=np.float64)
         if self.combine == "rank":
             return r
@@ -289,7 +290,7 @@ class AnswerScorer:
 
     def calibrate(self, raw: np.ndarray) -> np.ndarray:
         """P(correct) from raw scores (any shape; see ``combine``)."""
-        return 1.0 / (1.0 + np.exp(-(self.calib_a * self._level(raw) + self.calib_b)))
+        return 1.0 / (1.0 + np.exp(-(self.calib_a * self.level(raw) + self.calib_b)))
 
     def to_json(self) -> str:
         """The scorer as JSON text (format version, models, calibration, threshold, info)."""
