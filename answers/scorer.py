@@ -8,8 +8,8 @@ fitted by :mod:`answers.fit` from the shared NCPQA answer spans.
   span): it learns which span is best among its neighbours, which a pointwise fit of the F1 (the ``product``
   scorer below) does not — on NCPQA's training questions (5-fold by document) top-1 char-F1 0.44 against 0.37;
 - a span's raw score is log P(document) + its ranking score (``combine="rank"``); a Platt scaling (Platt 1999)
-  of the raw score, fitted on the training questions' top answers, turns it into P(the top answer overlaps the
-  gold span): the ``score`` users see, with ``threshold`` the level under which the stage says "no answer
+  of the raw score, fitted on the top answers of models that had not seen the question (:func:`answers.fit.
+  fit_scorer`), turns it into P(the top answer overlaps the gold span): the ``score`` users see, with ``threshold`` the level under which the stage says "no answer
   found".
 - the simpler alternatives (``combine="product"``): a logistic regression (:class:`LinearModel`) or a
   HistGradientBoosting regressor of the span's char-F1, raw score P(document) × span score, calibrated on its
@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -99,13 +100,14 @@ class TreeModel:
         """Summed leaf values plus the baseline, (n,) for ``x`` (n, len(names)): LightGBM's own predictor when
         :meth:`booster` has one, else every row walks every tree at once, one level per step."""
         x = np.asarray(x, dtype=np.float64)
-        booster = self.booster()
+        booster = self.booster
         if booster is not None and len(x):
             return self.baseline + booster.predict(x, raw_score=True, num_threads=1)
         return self._walk(x)
 
+    @cached_property
     def booster(self):
-        """A LightGBM ``Booster`` read from ``lightgbm`` (cached), or None without that text or without
+        """A LightGBM ``Booster`` read from ``lightgbm`` (once), or None without that text or without
         LightGBM.
 
         Raises:
@@ -114,26 +116,23 @@ class TreeModel:
         """
         if not self.lightgbm:
             return None
-        if "_booster" not in self.__dict__:
-            try:
-                import lightgbm as lgb
-            except ImportError:
-                self.__dict__["_booster"] = None
-                return None
-            booster = lgb.Booster(model_str=self.lightgbm)
-            x = np.random.default_rng(0).normal(0.0, 3.0, size=(64, len(self.names)))
-            if booster.num_feature() != len(self.names) or not np.allclose(
-                    self.baseline + booster.predict(x, raw_score=True, num_threads=1), self._walk(x), atol=1e-6):
-                raise ValueError("its LightGBM model text does not score as its trees do")
-            self.__dict__["_booster"] = booster
-        return self.__dict__["_booster"]
+        try:
+            import lightgbm as lgb
+        except ImportError:
+            return None
+        booster = lgb.Booster(model_str=self.lightgbm)
+        x = np.random.default_rng(0).normal(0.0, 3.0, size=(64, len(self.names)))
+        if booster.num_feature() != len(self.names) or not np.allclose(
+                self.baseline + booster.predict(x, raw_score=True, num_threads=1), self._walk(x), atol=1e-6):
+            raise ValueError("its LightGBM model text does not score as its trees do")
+        return booster
 
     def _walk(self, x: np.ndarray) -> np.ndarray:
         """:meth:`raw` in numpy: every row walks every tree at once, one level per step."""
         out = np.full(len(x), self.baseline)
         if not self.trees or not len(x):
             return out
-        t, roots = self._packed()
+        t, roots = self._packed
         node = np.broadcast_to(roots, (len(x), len(roots))).copy()  # (n, n_trees) global node ids
         rows = np.arange(len(x))[:, None]
         while True:
@@ -146,15 +145,11 @@ class TreeModel:
             node = np.where(inner, nxt, node)
         return out + t[node, 6].sum(axis=1)
 
+    @cached_property
     def _packed(self) -> tuple[np.ndarray, np.ndarray]:
         """All trees' nodes in one (n_nodes, 7) array and each tree's root row (n_trees,), built once."""
-        cached = self.__dict__.get("_packed_cache")
-        if cached is None:
-            arrays = [np.asarray(tree, dtype=np.float64).reshape(-1, 7) for tree in self.trees]
-            roots = np.cumsum([0] + [len(a) for a in arrays[:-1]]).astype(np.int64)
-            cached = (np.vstack(arrays), roots)
-            self.__dict__["_packed_cache"] = cached
-        return cached
+        arrays = [np.asarray(tree, dtype=np.float64).reshape(-1, 7) for tree in self.trees]
+        return np.vstack(arrays), np.cumsum([0] + [len(a) for a in arrays[:-1]]).astype(np.int64)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Probabilities (logistic link), clipped regression values (identity link) or ranking scores (rank
@@ -190,8 +185,7 @@ class TreeModel:
         dump = est.booster_.dump_model()
         model = cls(list(names), 0.0, "rank", [_lgb_nodes(t["tree_structure"]) for t in dump["tree_info"]],
                     lightgbm=est.booster_.model_to_string())
-        if not np.allclose(model._walk(x), est.predict(x), atol=1e-6) or not np.allclose(
-                model.predict(x), est.predict(x), atol=1e-6):
+        if not np.allclose(model._walk(x), est.predict(x), atol=1e-6):
             raise RuntimeError("exported trees disagree with LightGBM's scores")
         return model
 
@@ -314,7 +308,7 @@ class AnswerScorer:
             raise ValueError(f"answer scorer file lacks a field: {exc}") from exc
         for model in (scorer.doc, scorer.span):
             if isinstance(model, TreeModel):
-                model.booster()  # checks a LightGBM text against the trees
+                _ = model.booster  # checks a LightGBM text against the trees
         return scorer
 
     def save(self, path: str | os.PathLike) -> Path:
