@@ -38,13 +38,16 @@ def serving_version(index_root: str | os.PathLike) -> str:
 
 class SearchBackend:
     """One index version: ``search`` (the project's hybrid search), query/passage vectors from the version's
-    pinned encoder, and tokens from the segmenter that built its BM25 side.
+    pinned encoder, tokens from the segmenter that built its BM25 side, and ``doc_cache``: the answer stage's
+    per-document work under these tokens (:class:`~answers.doc_cache.DocumentCache`, ``cache_docs`` documents).
 
     Raises (at construction): IndexMissingError, and whatever ``retrieval.stages.Retriever`` raises for a
     version it refuses (e.g. ``EncoderMismatchError`` for a tampered encoder).
     """
 
-    def __init__(self, index_root: str | os.PathLike, version: str | None = None, tokenizer=None):
+    def __init__(self, index_root: str | os.PathLike, version: str | None = None, tokenizer=None,
+                 cache_docs: int = 4096):
+        from answers.doc_cache import DocumentCache
         from retrieval.stages import Retriever
 
         self.index_root = Path(index_root)
@@ -53,6 +56,7 @@ class SearchBackend:
         manifest = self._retriever.manifest
         self.model_id = str(manifest.get("model_id", ""))
         self.encoder_name = str(manifest.get("encoder_dir", manifest.get("model_dir", "")))
+        self.doc_cache = DocumentCache(cache_docs)
 
     def search(self, question: str, k: int, mode: str = "hybrid") -> list[dict]:
         """Top-``k`` chunks of the search (``hybrid``; ``sparse`` = BM25 alone, for baselines), best first

@@ -154,16 +154,34 @@ def _trim(text: str, a: int, b: int) -> tuple[int, int]:
     return a, b
 
 
+def entity_spans(text: str, sentences: list[tuple[int, int]], have: set[tuple[int, int]]) -> list[Span]:
+    """Each sentence's entities (``entity``, :func:`entity_offsets`) less those in ``have`` ((start, end) pairs,
+    updated in place). They do not depend on the question, so a document's are computed once."""
+    out = []
+    for i, (s, e) in enumerate(sentences):
+        for a, b in entity_offsets(text, s, e):
+            if (a, b) not in have:
+                have.add((a, b))
+                out.append(Span(a, b, i, i, "entity"))
+    return out
+
+
+def gap_spans(text: str, sentences: list[tuple[int, int]], question: str, have: set[tuple[int, int]]) -> list[Span]:
+    """Each sentence's stretches between the question's echoes (``gap``, :func:`gap_offsets`) less those in
+    ``have`` (not modified)."""
+    qb, seen, out = question_bigrams(question), set(), []
+    for i, (s, e) in enumerate(sentences):
+        for a, b in gap_offsets(text, s, e, qb):
+            if (a, b) not in have and (a, b) not in seen:
+                seen.add((a, b))
+                out.append(Span(a, b, i, i, "gap"))
+    return out
+
+
 def question_spans(text: str, sentences: list[tuple[int, int]], question: str,
                    have: set[tuple[int, int]] | None = None) -> list[Span]:
-    """The candidates that depend on the question: each sentence's entities (``entity``, :func:`entity_offsets`)
-    and gaps between the question's echoes (``gap``, :func:`gap_offsets`), less those already in ``have``
-    ((start, end) pairs)."""
-    qb, seen, out = question_bigrams(question), set(have or ()), []
-    for i, (s, e) in enumerate(sentences):
-        for kind, spans in (("entity", entity_offsets(text, s, e)), ("gap", gap_offsets(text, s, e, qb))):
-            for a, b in spans:
-                if (a, b) not in seen:
-                    seen.add((a, b))
-                    out.append(Span(a, b, i, i, kind))
-    return out
+    """The candidates beyond :func:`document_spans`: each sentence's entities (:func:`entity_spans`) and the gaps
+    between the question's echoes (:func:`gap_spans`), less those already in ``have`` ((start, end) pairs)."""
+    seen = set(have or ())
+    ents = entity_spans(text, sentences, seen)
+    return ents + gap_spans(text, sentences, question, seen)

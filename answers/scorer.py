@@ -98,11 +98,12 @@ class TreeModel:
 
     def raw(self, x: np.ndarray) -> np.ndarray:
         """Summed leaf values plus the baseline, (n,) for ``x`` (n, len(names)): LightGBM's own predictor when
-        :meth:`booster` has one, else every row walks every tree at once, one level per step."""
+        :meth:`booster` has one (on the machine's cores above 256 rows: a question's ~800 candidates score in
+        ~3 ms on 2 cores against ~5.5 ms on one), else every row walks every tree at once, one level per step."""
         x = np.asarray(x, dtype=np.float64)
         booster = self.booster
         if booster is not None and len(x):
-            return self.baseline + booster.predict(x, raw_score=True, num_threads=1)
+            return self.baseline + booster.predict(x, raw_score=True, num_threads=0 if len(x) > 256 else 1)
         return self._walk(x)
 
     @cached_property

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,8 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
     log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "
         f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "
         f"span in the cleaned text")
-    tr = build_examples(train, backend, store, cfg, with_gold_doc=True, log=log)
+    # the ranker learns from every span of a document; serving scores the cascade's focus (AnswerConfig)
+    tr = build_examples(train, backend, store, replace(cfg, focus_sentences=0), with_gold_doc=True, log=log)
     te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
     return backend, store, q, tr, te
 

@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ScorerMissingError, IndexMissingError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    import threading
+
+    threading.Thread(target=answerer.warm, name="warm-documents", daemon=True).start()  # beside the first requests
     uvicorn.run(create_app(answerer), host=args.host, port=args.port, log_level="warning")
     return 0
 
