@@ -98,14 +98,16 @@ def _entry(d: dict, backend, cfg: AnswerConfig, cache):
     """The :class:`~answers.doc_cache.DocumentEntry` of a grouped document: from ``cache`` when the whole
     document is read; built for this question alone when only the sentences near its retrieved chunks are
     (documents over ``max_doc_chars``)."""
-    from answers.doc_cache import DocumentCache, build_entry
+    from answers.doc_cache import build_entry
 
     text, title, hits = d["text"], d["meta"].get("title") or "", d["hits"]
     if len(text) > cfg.max_doc_chars and hits:
         sents = [s for s in sentence_offsets(text) if any(h["start"] - cfg.margin <= s[0] < h["end"] + cfg.margin
                                                            for h in hits)]
         return build_entry(text, title, sents, backend.tokenize)
-    return (cache if cache is not None else DocumentCache(1)).get(d["doc_id"], text, title, backend.tokenize)
+    if cache is None:
+        return build_entry(text, title, sentence_offsets(text), backend.tokenize)
+    return cache.get(d["doc_id"], text, title, backend.tokenize)
 
 
 def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None,

@@ -168,9 +168,7 @@ def _sentence_arrays(d: dict, best_all: float, qt: list[str]) -> dict:
     dense = np.asarray(d["dense"], dtype=np.float64)
     have = ~np.isnan(dense)
     drank = np.full(n, n, dtype=int)
-    if have.any():
-        idx = np.flatnonzero(have)
-        drank[idx[np.argsort(-dense[idx], kind="stable")]] = np.arange(len(idx))
+    drank[have] = _ranks(dense[have])
     return {"rel": (bm / best) if best > 0 else np.zeros(n, dtype=np.float32),
             "rel_all": (bm / best_all) if best_all > 0 else np.zeros(n, dtype=np.float32), "rank": _ranks(bm),
             "dense": dense - (float(dense[have].max()) if have.any() else 0.0), "drank": drank,
