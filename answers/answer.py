@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from answers.candidates import gap_spans, sentence_offsets
+from answers.decode import mbr_choice
 from answers.features import (STATIC, Prepared, doc_features, question_chars, sentence_bm25, span_matrix,
                               static_span_features)
 
@@ -126,7 +127,7 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
         d["text"], d["meta"] = _text_of(d, store)
         e = _entry(d, backend, cfg, cache)
         entries.append(e)
-        d["sentences"], d["codes"] = e.sentences, e.codes
+        d["sentences"], d["codes"], d["norm"], d["norm_at"] = e.sentences, e.codes, e.norm, e.norm_at
         d["sent_tokens"], d["all_tokens"], d["title_tokens"] = e.sent_tokens, e.all_tokens, e.title_tokens
     bm = sentence_bm25(q_tok_list, [c for e in entries for c in e.sent_counts],
                        np.concatenate([e.sent_lens for e in entries] or [np.zeros(0)]))
@@ -145,7 +146,7 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     span_doc = np.concatenate([np.full(len(d["spans"]), g, dtype=int) for g, d in enumerate(docs)] or [np.zeros(0, int)])
     spans = [sp for d in docs for sp in d["spans"]]
     for d in docs:
-        del d["codes"]  # keep the result plain data
+        del d["codes"], d["norm_at"]  # keep the result plain data
     return Prepared(question, docs, doc_features(docs, q_tok, [d["title_tokens"] for d in docs], np.asarray(best)),
                     span_x, span_doc, spans)
 
@@ -201,27 +202,32 @@ def passage(text: str, start: int, end: int, chars: int) -> tuple[int, int]:
 
 
 def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> list[dict]:
-    """The best span of each document, best first (at most ``k``): dicts with text, score (calibrated),
-    raw_score, doc_score, doc_id, external_id, title, url, source, pubtime, start, end, passage,
-    passage_start, passage_end, kind, doc_rank."""
+    """The best span of each document, best first (at most ``k``): each document's span is the scorer's
+    minimum-Bayes-risk choice among its spans (:mod:`answers.decode`; the argmax when the scorer's
+    ``mbr_temperature`` is 0), its raw score that of the document's best-scored span (documents are ranked and
+    calibrated by it). Dicts with text, score (calibrated), raw_score, doc_score, doc_id, external_id, title,
+    url, source, pubtime, start, end, passage, passage_start, passage_end, kind, doc_rank."""
     if not prep.spans:
         return []
     p_doc, raw = scorer.raw_scores(prep.doc_x, prep.span_x, prep.span_doc)
-    out = []
+    best = {}  # document -> (its level: its best span's raw score, its spans)
     for g, d in enumerate(prep.docs):
         idx = np.flatnonzero(prep.span_doc == g)
-        if d.get("extra") or not len(idx):
-            continue
-        best = idx[np.argmax(raw[idx])]
-        sp = prep.spans[best]
+        if not d.get("extra") and len(idx):
+            best[g] = (float(raw[idx].max()), idx)
+    out = []
+    for g in sorted(best, key=lambda g: -best[g][0])[:k]:  # stable: ties keep the retrieval order
+        d, (level, idx) = prep.docs[g], best[g]
+        pick = idx[mbr_choice([prep.spans[i].start for i in idx], [prep.spans[i].end for i in idx], raw[idx],
+                              getattr(scorer, "mbr_temperature", 0.0))]
+        sp = prep.spans[pick]
         pa, pb = passage(d["text"], sp.start, sp.end, passage_chars)
-        out.append({"text": d["text"][sp.start:sp.end], "score": float(scorer.calibrate(raw[best])),
-                    "raw_score": float(raw[best]), "doc_score": float(p_doc[g]), "doc_id": d["doc_id"],
+        out.append({"text": d["text"][sp.start:sp.end], "score": float(scorer.calibrate(level)),
+                    "raw_score": level, "doc_score": float(p_doc[g]), "doc_id": d["doc_id"],
                     **{c: d["meta"].get(c) for c in ("external_id", "title", "url", "source", "pubtime")},
                     "start": sp.start, "end": sp.end, "passage": d["text"][pa:pb], "passage_start": pa,
                     "passage_end": pb, "kind": sp.kind, "doc_rank": g + 1})
-    out.sort(key=lambda a: -a["raw_score"])
-    return out[:k]
+    return out
 
 
 class Answerer:

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from answers.candidates import Span, document_spans, entity_spans, sentence_offsets
+from answers.echo import normalized
 from answers.features import static_span_features
 
 
@@ -22,7 +23,9 @@ class DocumentEntry:
     """One document's question-free part: ``sentences`` (start, end) offsets into ``text``, ``spans`` (the
     question-free candidates) with ``have`` their (start, end) pairs and ``static`` (n_spans, |STATIC|) their
     features, ``sent_counts`` (each sentence's token → count) and ``sent_lens`` (its token count) for BM25,
-    ``sent_tokens`` (token sets), ``all_tokens``, ``title_tokens`` and ``codes`` (the text's code points, (len(text),) uint32)."""
+    ``sent_tokens`` (token sets), ``all_tokens``, ``title_tokens``, ``codes`` (the text's code points,
+    (len(text),) uint32) and ``norm``, ``norm_at`` (the text as the metrics compare it and where each raw offset
+    falls in it: :func:`answers.echo.normalized`)."""
 
     text: str
     sentences: list[tuple[int, int]]
@@ -35,6 +38,8 @@ class DocumentEntry:
     all_tokens: set
     title_tokens: set
     codes: np.ndarray
+    norm: str
+    norm_at: np.ndarray
 
 
 def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
@@ -48,7 +53,7 @@ def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
     return DocumentEntry(text, sentences, spans, frozenset(have), static_span_features(text, sentences, spans, title),
                          [Counter(t) for t in toks[:-1]], np.array([len(t) for t in toks[:-1]], dtype=np.int64),
                          sent_tokens, set().union(*sent_tokens) if sent_tokens else set(), set(toks[-1]),
-                         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32))
+                         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), *normalized(text))
 
 
 class DocumentCache:

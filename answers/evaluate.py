@@ -117,3 +117,46 @@ def oracle_row(examples: list[tuple]) -> dict:
         hit.append(any_hit)
         f1.append(best)
     return _row("ceiling: best candidate of the retrieved documents", hit, hit, f1, [0.0] * len(hit))
+
+
+def cross_validate(fit_examples: list[tuple], serve_examples: list[tuple], folds: int = 5, seeds=(0, 1, 2),
+                   temperatures=(0.0, 0.25), fit=None) -> dict:
+    """Repeated k-fold cross-validation by document, for choosing features and settings on training questions
+    only: per seed the documents are dealt into ``folds`` folds; a scorer fitted on the other folds'
+    ``fit_examples`` answers each fold's ``serve_examples`` (the same questions, in the same order, prepared as
+    serving prepares them) under each minimum-Bayes-risk temperature. ``fit``: ``examples -> AnswerScorer``
+    (default :func:`answers.fit.fit_scorer` with in-sample calibration). Returns ``{temperature: {"hit@1",
+    "char_f1", "hit@1_se", "char_f1_se", "questions"}}`` (means over every seed's answers; standard errors over
+    questions).
+
+    Raises:
+        ValueError: the two lists differ in length or question order, or fewer documents than ``folds``.
+    """
+    from dataclasses import replace
+
+    from answers.fit import fit_scorer
+
+    if len(fit_examples) != len(serve_examples) or any(
+            a[0].qid != b[0].qid for a, b in zip(fit_examples, serve_examples)):
+        raise ValueError("fit_examples and serve_examples must hold the same questions in the same order")
+    docs = sorted({str(r.doc_id) for r, _ in fit_examples})
+    if len(docs) < folds:
+        raise ValueError(f"{len(docs)} documents for {folds} folds")
+    fit = fit or (lambda ex: fit_scorer(ex, calib_folds=1))
+    got = {float(t): ([], []) for t in temperatures}
+    for seed in seeds:
+        fold_of = {d: i % folds for i, d in enumerate(np.random.default_rng(seed).permutation(docs))}
+        fold = np.array([fold_of[str(r.doc_id)] for r, _ in fit_examples])
+        for k in range(folds):
+            scorer = fit([fit_examples[i] for i in np.flatnonzero(fold != k)])
+            for t, (hits, f1s) in got.items():
+                s = replace(scorer, mbr_temperature=t)
+                for i in np.flatnonzero(fold == k):
+                    row, prep = serve_examples[i]
+                    top = rank_answers(prep, s, 1)
+                    hits.append(float(bool(top) and is_hit(top[0], row)))
+                    f1s.append(char_f1(top[0]["text"], row.answer) if top else 0.0)
+    n = len(fit_examples)
+    return {str(t): {"hit@1": float(np.mean(h)), "char_f1": float(np.mean(f)),
+                     "hit@1_se": float(np.std(h) / np.sqrt(n)), "char_f1_se": float(np.std(f) / np.sqrt(n)),
+                     "questions": n} for t, (h, f) in got.items()}

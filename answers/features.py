@@ -13,8 +13,9 @@ whether a retrieved chunk holds it and that chunk's rank; cues matching the ques
 places); and the span's extent within its sentences: how much of the question the words left out of the span
 cover (before it and after it: the echo of the question beside the answer), the share of the span's characters
 new to the question, whether it starts or ends where its sentence does, its clause count and its length
-relative to the question's. All scores enter as ranks or ratios within the question, so the weights do not
-depend on the scale of one encoder or one corpus.
+relative to the question's; and how many characters of the question the text repeats right before and right
+after the span and at its edges (:mod:`answers.echo`). All scores enter as ranks or ratios within the question,
+so the weights do not depend on the scale of one encoder or one corpus.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from answers.candidates import Span
+from answers.echo import ECHO_FEATURES, EchoQuery, echo_matrix
 
 DOC_FEATURES = ("doc_rank_log", "doc_top", "first_hit_log", "n_hits", "fused_rel", "dense_rel", "dense_raw",
                 "sparse_rel", "sparse_rank_log", "title_cover", "doc_cover", "best_bm25_rel", "n_sent_log")
@@ -34,7 +36,7 @@ SPAN_FEATURES = ("bm25_first", "bm25_max", "bm25_prev", "bm25_next", "bm25_rank_
                  "kind_clause", "in_chunk", "chunk_rank_log", "after_colon", "num_cue", "date_cue", "place_cue",
                  "how_len", "enum_start", "title_in_span", "kind_run", "pre_char_cover", "post_char_cover",
                  "new_char_share", "starts_sentence", "ends_sentence", "clauses_log", "len_vs_question",
-                 "kind_entity", "kind_gap")
+                 "kind_entity", "kind_gap") + ECHO_FEATURES
 
 _NUM_Q = re.compile(r"多少|几|比例|金额|费用|标准|额度|多长|多久|电话|号码|账号|热线")
 _DATE_Q = re.compile(r"什么时候|何时|哪天|日期|时间|截止|期限|起止|多久|哪一天")
@@ -181,8 +183,9 @@ def span_matrix(question: str, docs: list[dict], statics: list[np.ndarray], best
                 q_chars: set[str], n_hits_total: int) -> np.ndarray:
     """(n_spans, |SPAN_FEATURES|) float32 for the spans of ``docs`` in order, each document's question-free
     part in ``statics`` (rows of :func:`static_span_features`); a document holds ``text``, ``codes`` (its code
-    points), ``sentences``, ``sent_tokens`` (token sets), ``hits`` and the question's ``bm`` (BM25) and
-    ``dense`` (cosine, NaN where not computed) per sentence. Vectorised over the spans of all documents at
+    points), ``norm`` and ``norm_at`` (its :func:`answers.echo.normalized` form), ``sentences``, ``sent_tokens``
+    (token sets), ``hits`` and the question's ``bm`` (BM25) and ``dense`` (cosine, NaN where not computed) per
+    sentence. Vectorised over the spans of all documents at
     once: sentence indices and text offsets are shifted onto the documents laid end to end, so nothing reads
     across a document's edge (a span's "sentence before" exists only inside its document)."""
     qt, qc = sorted(q_tok), sorted(q_chars)
@@ -242,9 +245,14 @@ def span_matrix(question: str, docs: list[dict], statics: list[np.ndarray], best
             S["enum_start"], S["title_in_span"], S["kind_run"], in_pre.sum(0) / nq, in_post.sum(0) / nq, new_share,
             S["starts_sentence"], S["ends_sentence"], S["clauses_log"],
             np.log((S["len"] + 1) / (len(question) + 1)), S["kind_entity"], S["kind_gap"]]
-    out = np.empty((m, len(cols)), dtype=np.float32)
+    out = np.empty((m, len(cols) + len(ECHO_FEATURES)), dtype=np.float32)
     for c, col in enumerate(cols):
         out[:, c] = col
+    eq = EchoQuery.of(question)
+    for g, d in enumerate(docs):
+        rows = doc_of == g
+        out[rows, len(cols):] = echo_matrix(eq, d["norm"], d["norm_at"], S["start"][rows].astype(np.int64),
+                                            S["end"][rows].astype(np.int64))
     return out
 
 

@@ -252,7 +252,9 @@ def _model(d: dict):
 class AnswerScorer:
     """The document and span models, the Platt calibration (``calib_a``, ``calib_b``), the no-answer
     ``threshold`` on the calibrated score, ``combine`` (``rank``: raw = log P(doc) + the span's ranking score;
-    ``product``: raw = P(doc) × span score) and ``info`` (what it was fitted on: split, seed, counts, encoder)."""
+    ``product``: raw = P(doc) × span score), ``info`` (what it was fitted on: split, seed, counts, encoder) and
+    ``mbr_temperature``, the softmax temperature of the minimum-Bayes-risk choice of a document's span
+    (:mod:`answers.decode`; 0: the best-scored span)."""
 
     doc: "LinearModel | TreeModel"
     span: "LinearModel | TreeModel"
@@ -261,10 +263,13 @@ class AnswerScorer:
     threshold: float = 0.2
     info: dict = field(default_factory=dict)
     combine: str = "rank"
+    mbr_temperature: float = 0.0
 
     def __post_init__(self):
         if self.combine not in ("rank", "product"):
             raise ValueError(f"combine = {self.combine!r}: 'rank' or 'product'")
+        if not (np.isfinite(self.mbr_temperature) and self.mbr_temperature >= 0):
+            raise ValueError(f"mbr_temperature = {self.mbr_temperature!r}: a finite number >= 0")
 
     def raw_scores(self, doc_x: np.ndarray, span_x: np.ndarray, span_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(doc) per document (n_docs,), raw score per span (n_spans,)) for the matrices of
@@ -304,7 +309,8 @@ class AnswerScorer:
             raise ValueError(f"not an answer scorer of format {FORMAT}")
         try:
             scorer = cls(_model(d["doc"]), _model(d["span"]), float(d["calib_a"]), float(d["calib_b"]),
-                         float(d["threshold"]), dict(d.get("info", {})), str(d["combine"]))
+                         float(d["threshold"]), dict(d.get("info", {})), str(d["combine"]),
+                         float(d.get("mbr_temperature", 0.0)))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"answer scorer file lacks a field: {exc}") from exc
         for model in (scorer.doc, scorer.span):

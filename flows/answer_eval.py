@@ -3,13 +3,14 @@
     python -m flows.pipeline --input ../shared/qa/ncpqa_docs.jsonl --id-column doc_id --title-column title \\
         --data-dir data-ncpqa            # the 599 documents through the pipeline (any profile)
     python -m flows.answer_eval --data-dir data-ncpqa [--questions ../shared/qa/ncpqa_questions.jsonl]
-        [--test-share 0.3 --seed 13] [--install]
+        [--test-share 0.3 --seed 13] [--install] [--cv SEEDS]
 
 The questions are split by document (seeded): the scorer is fitted on the questions of 70 % of the documents
 and saved as ``DATA/answers/scorer.json`` (``--install``: also to the user cache, where other data dirs find
 it); every figure is measured on the questions of the other 30 %, beside the baselines "BM25 over all
 sentences" and "first sentence of the top BM25 chunk", the earlier pointwise span model and the ceiling of the
-candidates. Written to
+candidates; with ``--cv``, first repeated 5-fold cross-validation by document on the training questions alone
+(the figures settings are chosen by). Written to
 ``DATA/eval/answers/answer_eval.json`` and printed.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
 
 
 def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_share: float, install: bool,
-                   log=print) -> dict:
+                   log=print, cv: dict | None = None) -> dict:
     """Fit on ``tr``, save the scorer, score ``te`` beside the baselines; write and return the report."""
     import pandas as pd
 
@@ -67,14 +68,17 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
     scorer.save(Path(data_dir) / SCORER_FILE)
     if install:
         scorer.save(default_cache())
-    learned, per = evaluate_scorer(te, scorer, "answers (span ranker)")
+    learned, per = evaluate_scorer(te, scorer, "answers (span ranker, minimum-Bayes-risk span)")
+    argmax, _ = evaluate_scorer(te, replace(scorer, mbr_temperature=0.0), "answers (span ranker, best-scored span)")
     pointwise, _ = evaluate_scorer(te, fit_scorer(tr, info=info, model="trees"), "answers (pointwise span trees)")
-    rows = [learned, pointwise, oracle_row(te)]
+    rows = [learned, argmax, pointwise, oracle_row(te)]
     test_rows = list(test.itertuples(index=False))
     rows.append(bm25_sentence_baseline(test_rows, pool_sentences(store), backend.tokenize))
     rows.append(first_sentence_baseline(test_rows, lambda qq, k: backend.search(qq, k, mode="sparse"), store))
     report = {"split": "test: questions of held-out documents", "table": rows,
               "calibration": calibration(per, scorer.threshold), "scorer": {**info, **scorer.info}}
+    if cv is not None:
+        report["cross_validation_train"] = cv
     out = Path(data_dir) / "eval" / "answers"
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "answer_eval.json", json.dumps(report, ensure_ascii=False, indent=1, default=str))
@@ -84,11 +88,30 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
     return report
 
 
-def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print) -> dict:
-    """Fit on the train documents' questions, evaluate on the test documents'; returns the report dict."""
+def cross_validation(backend, store, q, tr, seeds: int, log=print) -> dict:
+    """Repeated 5-fold cross-validation by document on the training questions alone (``seeds`` repeats): the
+    figures to choose features and settings by, leaving the test questions untouched."""
+    from answers.answer import AnswerConfig
+    from answers.evaluate import cross_validate
+    from answers.fit import build_examples
+
+    serve = build_examples(q[q["split"] == "train"], backend, store, AnswerConfig(), with_gold_doc=False, log=log)
+    cv = cross_validate(tr, serve, seeds=tuple(range(seeds)))
+    for t, r in cv.items():
+        log(f"cross-validation on the training questions ({seeds} × 5 folds by document), minimum-Bayes-risk "
+            f"temperature {t}: hit@1 {r['hit@1']:.3f} (se {r['hit@1_se']:.3f}), char-F1 {r['char_f1']:.3f} "
+            f"(se {r['char_f1_se']:.3f})")
+    return cv
+
+
+def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print,
+        cv_seeds: int = 0) -> dict:
+    """Fit on the train documents' questions, evaluate on the test documents'; with ``cv_seeds``, first the
+    cross-validation on the training questions (:func:`cross_validation`). Returns the report dict."""
     t0 = time.perf_counter()
     backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
-    report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log)
+    cv = cross_validation(backend, store, q, tr, cv_seeds, log) if cv_seeds > 0 else None
+    report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log, cv)
     log(f"{time.perf_counter() - t0:.0f} s")
     return report
 
@@ -100,7 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-share", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--install", action="store_true", help="also save the scorer to the user cache")
+    ap.add_argument("--cv", type=int, default=0, metavar="SEEDS",
+                    help="first report SEEDS repeats of 5-fold cross-validation by document on the training "
+                         "questions (for choosing settings without the test questions; ~1 min a repeat)")
     args = ap.parse_args(argv)
+    if args.cv < 0:
+        print("error: --cv must be >= 0", file=sys.stderr)
+        return 2
     for p in (args.questions, Path(args.data_dir) / "index"):
         if not Path(p).exists():
             print(f"error: {p} not found", file=sys.stderr)
@@ -108,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    run(args.data_dir, args.questions, args.test_share, args.seed, args.install)
+    run(args.data_dir, args.questions, args.test_share, args.seed, args.install, cv_seeds=args.cv)
     return 0
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from answers.answer import focus_sentences
 from answers.candidates import document_spans, sentence_offsets
+from answers.echo import ECHO_FEATURES, EchoQuery, echo_matrix, normalized, question_parts
 from answers.features import SPAN_FEATURES, question_chars, sentence_bm25, span_matrix, static_span_features
+from answers.metrics import normalize
 
 DOCS = [("一、总体要求。坚持促进数据合规高效流通使用，赋能实体经济，保障安全。二、建立数据产权制度；探索数据产权分置运行机制！"
          "三、完善收益分配制度。", "数据基础制度"),
@@ -24,6 +26,7 @@ def _doc(text, title, q_tokens, tokenize):
     toks = tokenize([text[a:b] for a, b in sents])
     bm = sentence_bm25(q_tokens, [Counter(t) for t in toks], np.array([len(t) for t in toks]))
     d = {"text": text, "codes": np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), "sentences": sents,
+         **dict(zip(("norm", "norm_at"), normalized(text))),
          "spans": spans, "sent_tokens": [set(t) for t in toks], "bm": bm,
          "dense": np.where(np.arange(len(sents)) % 2 == 0, np.linspace(0.2, 0.9, len(sents)), np.nan),
          "hits": [{"start": 0, "end": min(40, len(text)), "rank": 3}]}
@@ -86,6 +89,35 @@ def test_span_features_of_documents_together_equal_each_alone_and_their_definiti
             want = d["dense"][sp.first] - np.nanmax(d["dense"]) if has else -1.0
             assert x[col["dense_first"]] == pytest.approx(want)
             assert x[col["in_chunk"]] == float(sp.start < 40) and x[col["len_log"]] == pytest.approx(np.log1p(len(span)))
+            q = normalize(question)
+            left, right = normalize(text[:sp.start]), normalize(text[sp.end:])
+            assert x[col["echo_before"]] == _longest(lambda n: left[len(left) - n:], q)
+            assert x[col["echo_after"]] == _longest(lambda n: right[:n], q)
+            assert x[col["echo_opens"]] == _longest(lambda n: normalize(span)[:n], q)
+            assert x[col["wh_echo_before"]] == _longest(lambda n: left[len(left) - n:], q[:q.index("哪些")])
+            assert x[col["wh_echo_after"]] == _longest(lambda n: right[:n], q[q.index("哪些") + 2:])
+
+
+def _longest(piece, q: str, cap: int = 20) -> int:
+    """By brute force: the largest n <= cap with piece(n) n chars long and inside q."""
+    return max(n for n in range(cap + 1) if len(piece(n)) == n and piece(n) in q)
+
+
+def test_echo_is_the_question_s_words_beside_a_span():
+    text = "在电脑端，重庆科技馆以数字科技馆为平台，推出“网游科技馆”活动，市民可通过视频看讲座。"
+    question = "重庆科技馆推出什么活动可以让市民看讲座？"
+    norm, at = normalized(text)
+    assert norm == normalize(text) and at[0] == 0 and at[-1] == len(norm)
+    a = text.index("网游科技馆")
+    x = echo_matrix(EchoQuery.of(question), norm, at, np.array([a, 0]), np.array([a + 5, 4]))
+    f = dict(zip(ECHO_FEATURES, x[0]))
+    assert f["echo_before"] == 2 and f["wh_echo_before"] == 2  # "推出" (the quote mark skipped)
+    assert f["echo_after"] == 2 and f["wh_echo_after"] == 2  # "活动"
+    assert f["echo_opens"] == 0 and f["echo_closes"] == 3  # opens with "网" (not in the question), closes "科技馆"
+    g = dict(zip(ECHO_FEATURES, x[1]))  # "在电脑端", then "重庆科技馆以…"
+    assert g["echo_before"] == 0 and g["echo_after"] == 5 and g["wh_echo_after"] == 0
+    q, pre, post = question_parts("缓缴期间滞纳金是怎么规定的")
+    assert (pre, post) == ("缓缴期间滞纳金是", "规定的") and question_parts("热线电话")[1:] == ("热线电话", "")
 
 
 def test_focus_keeps_the_best_sentences_and_the_one_after():

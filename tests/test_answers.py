@@ -267,3 +267,30 @@ def test_a_scorer_fitted_on_other_features_is_refused(tmp_path):
     AnswerScorer(model(DOC_FEATURES), model(SPAN_FEATURES[:-1] + ("novel",))).save(path)
     with pytest.raises(ValueError, match=r"span model was fitted on other features.*novel"):
         load_scorer(tmp_path)
+
+
+@pytest.mark.slow
+def test_cross_validation_by_document_answers_held_out_questions(data, tok):
+    from dataclasses import replace as dc_replace
+
+    from answers.answer import AnswerConfig
+    from answers.backend import SearchBackend
+    from answers.documents import DocumentStore
+    from answers.evaluate import cross_validate
+    from answers.fit import build_examples
+
+    backend = SearchBackend(data / "index", tokenizer=tok)
+    store = DocumentStore(data / "documents_clean")
+    q = questions()
+    fit_ex = build_examples(q, backend, store, dc_replace(AnswerConfig(), focus_sentences=0), log=lambda s: None)
+    serve_ex = build_examples(q, backend, store, AnswerConfig(), with_gold_doc=False, log=lambda s: None)
+    cv = cross_validate(fit_ex, serve_ex, folds=4, seeds=(0,), temperatures=(0.0, 0.25))
+    assert set(cv) == {"0.0", "0.25"}
+    for r in cv.values():
+        assert r["questions"] == len(q) and 0.0 <= r["char_f1"] <= 1.0 and r["char_f1_se"] >= 0.0
+    # questions about unseen documents are still answered from the right place more often than not
+    assert cv["0.0"]["hit@1"] > 0.5, cv
+    with pytest.raises(ValueError, match="same questions"):
+        cross_validate(fit_ex, serve_ex[::-1], folds=4, seeds=(0,))
+    with pytest.raises(ValueError, match="documents for"):
+        cross_validate(fit_ex, serve_ex, folds=9, seeds=(0,))
