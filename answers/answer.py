@@ -219,7 +219,7 @@ def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> li
     for g in sorted(best, key=lambda g: -best[g][0])[:k]:  # stable: ties keep the retrieval order
         d, (level, idx) = prep.docs[g], best[g]
         pick = idx[mbr_choice([prep.spans[i].start for i in idx], [prep.spans[i].end for i in idx], raw[idx],
-                              getattr(scorer, "mbr_temperature", 0.0))]
+                              scorer.mbr_temperature)]
         sp = prep.spans[pick]
         pa, pb = passage(d["text"], sp.start, sp.end, passage_chars)
         out.append({"text": d["text"][sp.start:sp.end], "score": float(scorer.calibrate(level)),

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from answers.metrics import counted
+
 ECHO_FEATURES = ("echo_before", "echo_after", "echo_opens", "echo_closes", "wh_echo_before", "wh_echo_after")
 
 # the question words that stand where the answer was
@@ -34,7 +36,7 @@ def normalized(text: str) -> tuple[str, np.ndarray]:
     for i, c in enumerate(text):
         at[i] = n
         for x in unicodedata.normalize("NFKC", c).lower():
-            if not (x.isspace() or unicodedata.category(x)[0] in "PZ"):
+            if counted(x):
                 out.append(x)
                 n += 1
     at[len(text)] = n

@@ -1,6 +1,7 @@
 """Fitting the answer scorer (:mod:`answers.scorer`) from questions with gold answer spans (NCPQA)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -78,7 +79,7 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     scorer.mbr_temperature = mbr_temperature
     levels, hit = [], []
     for part, scored_by in parts:
-        scored_by.mbr_temperature = scorer.mbr_temperature
+        scored_by = replace(scored_by, mbr_temperature=mbr_temperature)
         for row, prep in part:
             top = rank_answers(prep, scored_by, 1)
             if top:
@@ -98,7 +99,7 @@ def _held_out_by_temperature(parts, temperatures) -> dict:
     for t in sorted(set(map(float, temperatures))):
         f1, hit = [], []
         for part, scored_by in parts:
-            scored_by.mbr_temperature = t
+            scored_by = replace(scored_by, mbr_temperature=t)
             for row, prep in part:
                 top = rank_answers(prep, scored_by, 1)
                 f1.append(char_f1(top[0]["text"], row.answer) if top else 0.0)

@@ -6,10 +6,16 @@ import unicodedata
 from collections import Counter
 
 
+def counted(c: str) -> bool:
+    """Whether the metrics count the (normalised) character ``c``: not whitespace, punctuation (P*) or a
+    separator (Z*)."""
+    return not (c.isspace() or unicodedata.category(c)[0] in "PZ")
+
+
 def normalize(text: str) -> str:
     """Lower-cased, NFKC, whitespace and punctuation (Unicode categories P*, Z*) removed."""
     t = unicodedata.normalize("NFKC", text or "").lower()
-    return "".join(c for c in t if not (c.isspace() or unicodedata.category(c)[0] in "PZ"))
+    return "".join(c for c in t if counted(c))
 
 
 def char_f1(pred: str, gold: str) -> float:
