@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from corpus.sentences import SentenceConfig, split_sentences
 
 _CLAUSE = re.compile(r"[，,]")
@@ -105,33 +107,35 @@ def entity_offsets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [m.span() for m in _ENTITY.finditer(text, start, end)]
 
 
-def question_bigrams(question: str) -> set[str]:
-    """The character bigrams of the question (whitespace dropped)."""
-    q = "".join(question.split())
-    return {q[i:i + 2] for i in range(len(q) - 1)}
+def echo_bigrams(codes: np.ndarray, question: str) -> np.ndarray:
+    """(len(codes) - 1,) bool: whether the characters ``k, k + 1`` of a text (``codes``: its code points,
+    :class:`~answers.doc_cache.DocumentEntry`) form a character bigram of the question (its whitespace
+    dropped)."""
+    q = np.frombuffer("".join(question.split()).encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+    c = np.asarray(codes).astype(np.int64)
+    if len(q) < 2 or len(c) < 2:
+        return np.zeros(max(len(c) - 1, 0), dtype=bool)
+    return np.isin((c[:-1] << 21) | c[1:], np.unique((q[:-1] << 21) | q[1:]))
 
 
-def gap_offsets(text: str, start: int, end: int, q_bigrams: set[str], min_chars: int = 2,
+def gap_offsets(text: str, start: int, end: int, hit: np.ndarray, min_chars: int = 2,
                 max_chars: int = 120) -> list[tuple[int, int]]:
     """The stretches of the sentence ``text[start:end]`` between the words that echo the question: every
-    character inside a bigram the question also holds is an echo; each maximal run of other characters
-    (edge punctuation trimmed, ``min_chars``..``max_chars`` long) is a candidate, as is that run up to the
-    end of its clause ("对哄抬物价、造假等行为给予处罚和刑事拘留" asked "如何处置哄抬物价、造假等行为？" →
-    ``给予处罚和刑事拘留``). [] when nothing in the sentence echoes the question."""
-    echo = [False] * (end - start)
-    for i in range(start, end - 1):
-        if text[i:i + 2] in q_bigrams:
-            echo[i - start] = echo[i - start + 1] = True
-    if not any(echo):
+    character inside a bigram the question also holds (within the sentence; ``hit``: :func:`echo_bigrams` of
+    the text) is an echo; each maximal run of other characters (edge punctuation trimmed,
+    ``min_chars``..``max_chars`` long) is a candidate, as is that run up to the end of its clause
+    ("对哄抬物价、造假等行为给予处罚和刑事拘留" asked "如何处置哄抬物价、造假等行为？" → ``给予处罚和刑事拘留``).
+    [] when nothing in the sentence echoes the question."""
+    hs = hit[start:max(end - 1, start)]
+    if not hs.any():
         return []
-    out, i = set(), 0
-    while i < len(echo):
-        if echo[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(echo) and not echo[j]:
-            j += 1
+    echo = np.zeros(end - start + 2, dtype=np.int8)  # padded with an echo at each side
+    echo[0] = echo[-1] = 1
+    echo[1:-2] |= hs
+    echo[2:-1] |= hs
+    edge = np.diff(echo)
+    out = set()
+    for i, j in zip(np.flatnonzero(edge == -1).tolist(), np.flatnonzero(edge == 1).tolist()):
         a, b = _trim(text, start + i, start + j)
         if min_chars <= b - a <= max_chars:
             out.add((a, b))
@@ -139,7 +143,6 @@ def gap_offsets(text: str, start: int, end: int, q_bigrams: set[str], min_chars:
             c = _trim(text, a, m.start() if m else end)
             if c[1] > b and c[1] - c[0] <= max_chars:
                 out.add(c)
-        i = j
     return sorted(out)
 
 
@@ -166,12 +169,17 @@ def entity_spans(text: str, sentences: list[tuple[int, int]], have: set[tuple[in
     return out
 
 
-def gap_spans(text: str, sentences: list[tuple[int, int]], question: str, have: set[tuple[int, int]]) -> list[Span]:
+def gap_spans(text: str, sentences: list[tuple[int, int]], question: str, have: set[tuple[int, int]],
+              codes: np.ndarray | None = None) -> list[Span]:
     """Each sentence's stretches between the question's echoes (``gap``, :func:`gap_offsets`) less those in
-    ``have`` (not modified)."""
-    qb, seen, out = question_bigrams(question), set(), []
+    ``have`` (not modified); ``codes``: the text's code points when at hand (uint32)."""
+    if codes is None:
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    hit, seen, out = echo_bigrams(codes, question), set(), []
     for i, (s, e) in enumerate(sentences):
-        for a, b in gap_offsets(text, s, e, qb):
+        if e - s < 2:
+            continue
+        for a, b in gap_offsets(text, s, e, hit):
             if (a, b) not in have and (a, b) not in seen:
                 seen.add((a, b))
                 out.append(Span(a, b, i, i, "gap"))

@@ -21,7 +21,13 @@ def _row(system: str, hits1, hits3, f1, em, **extra) -> dict:
 
 def evaluate_scorer(examples: list[tuple], scorer, system: str = "answers (learned)") -> tuple[dict, pd.DataFrame]:
     """Metrics of the scorer on ``examples`` ((row, Prepared) from :func:`answers.fit.build_examples`, built
-    without the gold document) and a per-question frame (qid, hit1, hit3, f1, score, doc_rank_of_gold)."""
+    without the gold document) and a per-question frame (qid, hit1, hit3, f1, score, doc_rank_of_gold).
+
+    Raises:
+        ValueError: a question's document is among the scorer's ``info["fitted_documents"]`` (its figures would
+            measure what the scorer was fitted on).
+    """
+    check_unseen(examples, scorer)
     h1, h3, f1, em, per = [], [], [], [], []
     recall = {1: [], 3: [], 5: []}
     for row, prep in examples:
@@ -40,6 +46,16 @@ def evaluate_scorer(examples: list[tuple], scorer, system: str = "answers (learn
     extra = {f"doc_recall@{k}": float(np.mean(v)) for k, v in recall.items()}
     extra["answer_doc_acc"] = float(df["answer_doc_ok"].mean()) if len(df) else 0.0
     return _row(system, h1, h3, f1, em, **extra), df
+
+
+def check_unseen(examples: list[tuple], scorer) -> None:
+    """Raise ``ValueError`` when a question of ``examples`` ((row, Prepared)) is about a document the scorer
+    was fitted on (its ``info["fitted_documents"]``, written by :func:`answers.fit.fit_scorer`): a leak."""
+    seen = set(getattr(scorer, "info", {}).get("fitted_documents") or ())
+    leak = sorted({row.doc_id for row, _ in examples if isinstance(row.doc_id, str)} & seen)
+    if leak:
+        raise ValueError(f"{len(leak)} of the evaluated questions' documents were fitted on by this scorer "
+                         f"(e.g. {', '.join(leak[:3])}): evaluate it on questions about other documents")
 
 
 def calibration(per: pd.DataFrame, threshold: float, bins=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0)) -> dict:

@@ -62,7 +62,8 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     each document's span (:mod:`answers.decode`; 0: the best-scored span; used by the ranker only). 0.25 was
     chosen by 3 × 5-fold cross-validation by document on NCPQA's training questions: against the argmax,
     hit@1 0.504 → 0.520 for char-F1 0.453 → 0.450 (0.5: 0.544 / 0.440); what it trades on the held-out folds is
-    kept in ``info``.
+    kept in ``info``, with ``fitted_documents``, the ids of the documents whose questions it was fitted on
+    (:func:`answers.evaluate.evaluate_scorer` refuses to score questions about them).
 
     Raises:
         ValueError: an unknown ``model``, or the examples hold no positive document or span (nothing to learn).
@@ -87,7 +88,8 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
                 hit.append(float(is_hit(top[0], row)))
     scorer.calib_a, scorer.calib_b = _platt(np.asarray(levels), np.asarray(hit))
     scorer.info.update({"span_model": model, **counts, "calibration_top1_hit": float(np.mean(hit)) if hit else None,
-                        "held_out_top1_by_mbr_temperature": by_t})
+                        "held_out_top1_by_mbr_temperature": by_t,
+                        "fitted_documents": sorted({row.doc_id for row, _ in examples if isinstance(row.doc_id, str)})})
     return scorer
 
 

@@ -58,9 +58,16 @@ def find_span(text: str, answer: str, near: int) -> tuple[int, int]:
 
 def split_by_document(questions: pd.DataFrame, test_share: float = 0.3, seed: int = 13) -> pd.Series:
     """``train``/``test`` per question: the shared documents (``ext_doc``) are shuffled with ``seed`` and the
-    first ``test_share`` of them hold the test questions, so no test question's document is trained on."""
+    first ``test_share`` of them hold the test questions, so no test question's document is trained on. With
+    ``doc_id`` located (:func:`locate_gold`), a test question whose cleaned document also answers a training
+    question (a shared document dropped as a duplicate of one on the other side) moves to training."""
     docs = np.array(sorted(questions["ext_doc"].unique()))
     rng = np.random.default_rng(seed)
     rng.shuffle(docs)
     test = set(docs[:int(round(test_share * len(docs)))])
-    return questions["ext_doc"].map(lambda d: "test" if d in test else "train")
+    split = questions["ext_doc"].map(lambda d: "test" if d in test else "train")
+    if "doc_id" in questions:
+        located = questions["doc_id"].map(lambda d: isinstance(d, str))
+        trained = set(questions.loc[located & (split == "train"), "doc_id"])
+        split[located & (split == "test") & questions["doc_id"].isin(trained)] = "train"
+    return split

@@ -344,7 +344,7 @@ def find_scorer(data_dir: str | os.PathLike, explicit: str | os.PathLike | None 
             return p
     raise ScorerMissingError(
         "no answer scorer found (looked in " + ", ".join(map(str, cands)) + "); fit one from the shared NCPQA "
-        "answer spans: python -m flows.answer_eval --data-dir DATA_NCPQA --fit --install "
+        "answer spans: python -m flows.answer_eval --data-dir DATA_NCPQA --install "
         "(see README, 'Answers with sources')")
 
 

@@ -208,7 +208,11 @@ class BertEncoder(_Interface):
         from model.training import resolve_device
 
         dev = resolve_device(self.device)
-        self.model.to(dev).eval()
+        at = next(self.model.parameters()).device
+        if at.type != dev.type or (dev.index is not None and at.index != dev.index):
+            self.model.to(dev)  # .to() and .eval() walk every module: ~2 ms a query, so only when needed
+        if self.model.training:
+            self.model.eval()
         wins, owner = self.windows(texts)
         sums = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float64)
         order = np.argsort([len(x) for x in wins], kind="stable")

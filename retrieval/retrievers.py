@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Sequence
 
@@ -246,9 +247,14 @@ class Retriever:
 
     def chunk(self, row: int) -> dict:
         """The columns of chunk ``row`` as plain Python values (NaN -> None)."""
-        rec = self.chunks.iloc[row].to_dict()
+        rec = {c: col[row] for c, col in self._columns.items()}
         rec = {c: (v.item() if isinstance(v, np.generic) else v) for c, v in rec.items()}
         return {c: (None if isinstance(v, float) and np.isnan(v) else v) for c, v in rec.items()}
+
+    @cached_property
+    def _columns(self) -> dict:
+        """The chunks' columns as arrays (a row read from them costs ~10 µs against ~200 µs by ``iloc``)."""
+        return {c: self.chunks[c].to_numpy() for c in self.chunks.columns}
 
 
 def query_index(index_root, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid") -> list[dict]:

@@ -143,3 +143,60 @@ def test_warm_document_cache_gives_the_answers_of_a_cold_one(tmp_path, tok):
         assert [(x["doc_id"], x["start"], x["end"], x["score"]) for x in a["answers"]] == \
                [(x["doc_id"], x["start"], x["end"], x["score"]) for x in b["answers"]] and a["answers"]
     assert 0 < len(cold.backend().doc_cache) <= 8
+
+
+def _gap_offsets_by_definition(text, start, end, question, min_chars=2, max_chars=120):
+    """Gaps between the question's echoes, char by char (the definition :func:`answers.candidates.gap_offsets`
+    vectorises)."""
+    from answers.candidates import _CLAUSE_END, _trim
+
+    q = "".join(question.split())
+    qb = {q[i:i + 2] for i in range(len(q) - 1)}
+    echo = [False] * (end - start)
+    for i in range(start, end - 1):
+        if text[i:i + 2] in qb:
+            echo[i - start] = echo[i - start + 1] = True
+    out, i = set(), 0
+    while any(echo) and i < len(echo):
+        if echo[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(echo) and not echo[j]:
+            j += 1
+        a, b = _trim(text, start + i, start + j)
+        if min_chars <= b - a <= max_chars:
+            out.add((a, b))
+            m = _CLAUSE_END.search(text, b, end)
+            c = _trim(text, a, m.start() if m else end)
+            if c[1] > b and c[1] - c[0] <= max_chars:
+                out.add(c)
+        i = j
+    return sorted(out)
+
+
+def test_gaps_between_the_question_s_echoes_follow_their_definition():
+    from answers.candidates import echo_bigrams, gap_offsets, gap_spans
+
+    questions = ["如何处置哄抬物价、造假等行为？", "数据产权制度要求建立什么？", "咨询热线是多少", "三、完善 收益分配制度？", "？", "数"]
+    checked = 0
+    for text, _ in DOCS:
+        sents = sentence_offsets(text)
+        for q in questions:
+            hit = echo_bigrams(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), q)
+            for s, e in sents + [(0, len(text)), (3, 3), (5, 6)]:
+                assert gap_offsets(text, s, e, hit) == _gap_offsets_by_definition(text, s, e, q), (q, text[s:e])
+                checked += bool(_gap_offsets_by_definition(text, s, e, q))
+            want, seen = [], set()
+            for k, (s, e) in enumerate(sents):
+                for ab in _gap_offsets_by_definition(text, s, e, q):
+                    if ab not in seen:
+                        seen.add(ab)
+                        want.append((*ab, k))
+            assert [(sp.start, sp.end, sp.first) for sp in gap_spans(text, sents, q, set())] == want
+    assert checked >= 8
+    text = DOCS[1][0]
+    s, e = sentence_offsets(text)[1]
+    got = {text[a:b] for a, b in gap_offsets(text, s, e, echo_bigrams(
+        np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), "如何处置哄抬物价、造假等行为？"))}
+    assert "给予处罚和刑事拘留" in got

@@ -294,3 +294,57 @@ def test_cross_validation_by_document_answers_held_out_questions(data, tok):
         cross_validate(fit_ex, serve_ex[::-1], folds=4, seeds=(0,))
     with pytest.raises(ValueError, match="documents for"):
         cross_validate(fit_ex, serve_ex, folds=9, seeds=(0,))
+
+
+@pytest.mark.slow
+def test_scorer_lists_its_documents_refuses_to_score_them_and_is_refitted_on_every_question(tmp_path, data, tok):
+    from dataclasses import replace as dc_replace
+
+    from answers.answer import AnswerConfig
+    from answers.backend import SearchBackend
+    from answers.documents import DocumentStore
+    from answers.evaluate import evaluate_scorer
+    from answers.fit import build_examples, fit_scorer
+    from answers.scorer import SCORER_FILE, load_scorer
+    from flows.answer_eval import save_scorer
+
+    backend = SearchBackend(data / "index", tokenizer=tok)
+    store = DocumentStore(data / "documents_clean")
+    q = questions()
+    train, test = q[~q["doc_id"].isin(["d6", "d7"])], q[q["doc_id"].isin(["d6", "d7"])]
+    fit_cfg = dc_replace(AnswerConfig(), focus_sentences=0)
+    tr = build_examples(train, backend, store, fit_cfg, log=lambda s: None)
+    scorer = fit_scorer(tr)
+    assert scorer.info["fitted_documents"] == [f"d{i}" for i in range(6)]
+    row, _ = evaluate_scorer(build_examples(test, backend, store, with_gold_doc=False, log=lambda s: None), scorer)
+    assert row["questions"] == len(test)
+    with pytest.raises(ValueError, match="fitted on by this scorer"):
+        evaluate_scorer(build_examples(train.head(3), backend, store, with_gold_doc=False, log=lambda s: None), scorer)
+    more = build_examples(test, backend, store, fit_cfg, log=lambda s: None)
+    out = tmp_path / "release"
+    saved = save_scorer(str(out), scorer, tr, more, {"seed": 13}, install=False, log=lambda s: None)
+    assert saved["fitted_questions"] == len(q) and saved["refit"] and saved["fitted_documents"] == 8
+    again = load_scorer(out)
+    assert again.info["fitted_documents"] == [f"d{i}" for i in range(8)] and again.info["seed"] == 13
+    assert (out / SCORER_FILE).is_file()
+    kept = save_scorer(str(tmp_path / "train"), scorer, tr, None, {}, install=False, log=lambda s: None)
+    assert kept["fitted_documents"] == 6 and not kept["refit"]
+
+
+def test_split_by_document_keeps_a_cleaned_document_on_one_side():
+    import pandas as pd
+
+    from answers.ncpqa import split_by_document
+
+    q = pd.DataFrame({"qid": [f"q{i}" for i in range(40)], "ext_doc": [f"e{i // 2}" for i in range(40)]})
+    plain = split_by_document(q, 0.3, 13)
+    assert set(plain) == {"train", "test"} and (q.groupby("ext_doc").apply(lambda g: plain[g.index].nunique()) == 1).all()
+    # two shared documents on different sides that cleaning merged into one (d0): the test one moves to train
+    test_doc = q.loc[plain == "test", "ext_doc"].iloc[0]
+    train_doc = q.loc[plain == "train", "ext_doc"].iloc[0]
+    q["doc_id"] = [("d0" if e in (test_doc, train_doc) else f"d-{e}") if i != 39 else float("nan")
+                   for i, e in enumerate(q["ext_doc"])]
+    split = split_by_document(q, 0.3, 13)
+    assert (split[q["ext_doc"] == test_doc] == "train").all()
+    assert (split[q["ext_doc"] != test_doc] == plain[q["ext_doc"] != test_doc]).all()
+    assert not set(q.loc[split == "test", "doc_id"].dropna()) & set(q.loc[split == "train", "doc_id"].dropna())
