@@ -60,14 +60,16 @@ def split_by_document(questions: pd.DataFrame, test_share: float = 0.3, seed: in
     """``train``/``test`` per question: the shared documents (``ext_doc``) are shuffled with ``seed`` and the
     first ``test_share`` of them hold the test questions, so no test question's document is trained on. With
     ``doc_id`` located (:func:`locate_gold`), a test question whose cleaned document also answers a training
-    question (a shared document dropped as a duplicate of one on the other side) moves to training."""
+    question (a shared document dropped as a duplicate of one on the other side) moves to training, with every
+    other question of its shared document."""
     docs = np.array(sorted(questions["ext_doc"].unique()))
     rng = np.random.default_rng(seed)
     rng.shuffle(docs)
     test = set(docs[:int(round(test_share * len(docs)))])
     split = questions["ext_doc"].map(lambda d: "test" if d in test else "train")
-    if "doc_id" in questions:
-        located = questions["doc_id"].map(lambda d: isinstance(d, str))
+    if "doc_id" in questions and len(questions):
+        located = questions["doc_id"].map(lambda d: isinstance(d, str)).astype(bool)
         trained = set(questions.loc[located & (split == "train"), "doc_id"])
-        split[located & (split == "test") & questions["doc_id"].isin(trained)] = "train"
+        moved = set(questions.loc[located & (split == "test") & questions["doc_id"].isin(trained), "ext_doc"])
+        split[questions["ext_doc"].isin(moved)] = "train"
     return split

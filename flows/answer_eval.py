@@ -102,7 +102,8 @@ def save_scorer(data_dir: str, scorer, tr: list, refit: list | None, info: dict,
     if refit:
         log(f"refitting the scorer on all {len(tr) + len(refit)} questions (the figures above are those of the "
             f"fit on {len(tr)})")
-        scorer = fit_scorer(tr + refit, info={**info, "refit": "every question, after the held-out report",
+        kept = {k: v for k, v in info.items() if not k.startswith(("train_", "test_"))}
+        scorer = fit_scorer(tr + refit, info={**kept, "refit": "every question, after the held-out report",
                                               "fitted_questions": len(tr) + len(refit),
                                               "held_out_figures_of": f"the fit on {len(tr)} train questions"})
     path = scorer.save(Path(data_dir) / SCORER_FILE)

@@ -208,6 +208,8 @@ class BertEncoder(_Interface):
         from model.training import resolve_device
 
         dev = resolve_device(self.device)
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         at = next(self.model.parameters()).device
         if at.type != dev.type or (dev.index is not None and at.index != dev.index):
             self.model.to(dev)  # .to() and .eval() walk every module: ~2 ms a query, so only when needed

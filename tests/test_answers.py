@@ -344,7 +344,9 @@ def test_split_by_document_keeps_a_cleaned_document_on_one_side():
     train_doc = q.loc[plain == "train", "ext_doc"].iloc[0]
     q["doc_id"] = [("d0" if e in (test_doc, train_doc) else f"d-{e}") if i != 39 else float("nan")
                    for i, e in enumerate(q["ext_doc"])]
+    q.loc[q.index[q["ext_doc"] == test_doc][1], "doc_id"] = float("nan")  # not located: moves with its document
     split = split_by_document(q, 0.3, 13)
-    assert (split[q["ext_doc"] == test_doc] == "train").all()
+    assert (split[q["ext_doc"] == test_doc] == "train").all() and (q["ext_doc"] == test_doc).sum() == 2
     assert (split[q["ext_doc"] != test_doc] == plain[q["ext_doc"] != test_doc]).all()
     assert not set(q.loc[split == "test", "doc_id"].dropna()) & set(q.loc[split == "train", "doc_id"].dropna())
+    assert split_by_document(q.iloc[:0], 0.3, 13).empty
