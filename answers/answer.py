@@ -151,9 +151,10 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
 
 
 def _focused(question: str, d: dict, e, cfg: AnswerConfig) -> np.ndarray:
-    """Set ``d["spans"]`` to the cached candidates of the focused sentences (:func:`focus_sentences`) plus the
-    question's gaps there; returns their question-free feature rows."""
-    focus = focus_sentences(d["bm"], cfg.focus_sentences, cfg.focus_after)
+    """Set ``d["spans"]`` to the cached candidates of the focused sentences (:func:`focus_sentences`; a sentence
+    that is itself a question, :func:`answers.candidates.is_question`, never is) plus the question's gaps there;
+    returns their question-free feature rows."""
+    focus = focus_sentences(d["bm"], cfg.focus_sentences, cfg.focus_after) & ~e.asks  # questions never answer
     keep = np.flatnonzero(focus[e.static[:, STATIC.index("first")].astype(int)]) if len(e.spans) else np.zeros(0, int)
     gaps = gap_spans(e.text, [se if focus[i] else (se[0], se[0]) for i, se in enumerate(e.sentences)], question,
                      e.have, e.codes)

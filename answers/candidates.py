@@ -107,6 +107,13 @@ def entity_offsets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [m.span() for m in _ENTITY.finditer(text, start, end)]
 
 
+def is_question(sentence: str) -> bool:
+    """Whether a sentence asks rather than says (it ends with a question mark, closing quotes and brackets
+    aside): an interview's or FAQ's "问：……？" heading echoes a user's question closely but never answers it (no
+    NCPQA answer lies inside one: 0 of 454), so the answer stage does not offer spans that start in one."""
+    return sentence.rstrip(" \t\r\n\u3000”’\"'）)】」』").endswith(("？", "?"))
+
+
 def echo_bigrams(codes: np.ndarray, question: str) -> np.ndarray:
     """(len(codes) - 1,) bool: whether the characters ``k, k + 1`` of a text (``codes``: its code points,
     :class:`~answers.doc_cache.DocumentEntry`) form a character bigram of the question (its whitespace

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from answers.candidates import Span, document_spans, entity_spans, sentence_offsets
+from answers.candidates import Span, document_spans, entity_spans, is_question, sentence_offsets
 from answers.echo import normalized
 from answers.features import static_span_features
 
@@ -24,8 +24,9 @@ class DocumentEntry:
     question-free candidates) with ``have`` their (start, end) pairs and ``static`` (n_spans, |STATIC|) their
     features, ``sent_counts`` (each sentence's token → count) and ``sent_lens`` (its token count) for BM25,
     ``sent_tokens`` (token sets), ``all_tokens``, ``title_tokens``, ``codes`` (the text's code points,
-    (len(text),) uint32) and ``norm``, ``norm_at`` (the text as the metrics compare it and where each raw offset
-    falls in it: :func:`answers.echo.normalized`)."""
+    (len(text),) uint32), ``norm``, ``norm_at`` (the text as the metrics compare it and where each raw offset
+    falls in it: :func:`answers.echo.normalized`) and ``asks`` ((n_sentences,) bool: the sentence is a question,
+    :func:`answers.candidates.is_question`)."""
 
     text: str
     sentences: list[tuple[int, int]]
@@ -40,6 +41,7 @@ class DocumentEntry:
     codes: np.ndarray
     norm: str
     norm_at: np.ndarray
+    asks: np.ndarray
 
 
 def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
@@ -53,7 +55,8 @@ def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
     return DocumentEntry(text, sentences, spans, frozenset(have), static_span_features(text, sentences, spans, title),
                          [Counter(t) for t in toks[:-1]], np.array([len(t) for t in toks[:-1]], dtype=np.int64),
                          sent_tokens, set().union(*sent_tokens) if sent_tokens else set(), set(toks[-1]),
-                         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), *normalized(text))
+                         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), *normalized(text),
+                         np.array([is_question(text[a:b]) for a, b in sentences], dtype=bool).reshape(len(sentences)))
 
 
 class DocumentCache:

@@ -200,3 +200,22 @@ def test_gaps_between_the_question_s_echoes_follow_their_definition():
     got = {text[a:b] for a, b in gap_offsets(text, s, e, echo_bigrams(
         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), "如何处置哄抬物价、造假等行为？"))}
     assert "给予处罚和刑事拘留" in got
+
+
+def test_a_question_in_the_text_is_never_offered_as_an_answer(tok):
+    from dataclasses import replace as dc_replace
+
+    from answers.answer import AnswerConfig, _focused
+    from answers.candidates import is_question
+    from answers.doc_cache import build_entry
+
+    assert is_question("意见出台的总体考虑是什么？") and is_question("问：怎样理解其内涵？”") and is_question("Why? ")
+    assert not is_question("这是答案。") and not is_question("“是什么？”他说。")
+    text = "问：意见出台的总体考虑是什么？答：坚持促进数据合规高效流通使用，赋能实体经济。问：如何保障安全？答：建立制度。"
+    e = build_entry(text, "答记者问", sentence_offsets(text), tok[0])
+    assert e.asks.tolist() == [True, False, True, False]
+    d = {"bm": np.arange(len(e.sentences), dtype=np.float32)[::-1].copy(), "meta": {}}
+    rows = _focused("意见出台的总体考虑是什么？", d, e, dc_replace(AnswerConfig(), focus_sentences=0))
+    assert len(rows) == len(d["spans"]) > 0
+    assert all(not e.asks[sp.first] for sp in d["spans"])
+    assert any(text[sp.start:sp.end].startswith("答：坚持") for sp in d["spans"])
