@@ -114,11 +114,16 @@ def is_question(sentence: str) -> bool:
     return sentence.rstrip(" \t\r\n\u3000”’\"'）)】」』").endswith(("？", "?"))
 
 
+def code_points(text: str) -> np.ndarray:
+    """(len(text),) uint32: the text's code points (a lone surrogate kept as its own value)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
 def echo_bigrams(codes: np.ndarray, question: str) -> np.ndarray:
     """(len(codes) - 1,) bool: whether the characters ``k, k + 1`` of a text (``codes``: its code points,
     :class:`~answers.doc_cache.DocumentEntry`) form a character bigram of the question (its whitespace
     dropped)."""
-    q = np.frombuffer("".join(question.split()).encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.int64)
+    q = code_points("".join(question.split())).astype(np.int64)
     c = np.asarray(codes).astype(np.int64)
     if len(q) < 2 or len(c) < 2:
         return np.zeros(max(len(c) - 1, 0), dtype=bool)
@@ -180,9 +185,7 @@ def gap_spans(text: str, sentences: list[tuple[int, int]], question: str, have: 
               codes: np.ndarray | None = None) -> list[Span]:
     """Each sentence's stretches between the question's echoes (``gap``, :func:`gap_offsets`) less those in
     ``have`` (not modified); ``codes``: the text's code points when at hand (uint32)."""
-    if codes is None:
-        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    hit, seen, out = echo_bigrams(codes, question), set(), []
+    hit, seen, out = echo_bigrams(code_points(text) if codes is None else codes, question), set(), []
     for i, (s, e) in enumerate(sentences):
         if e - s < 2:
             continue

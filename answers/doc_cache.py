@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from answers.candidates import Span, document_spans, entity_spans, is_question, sentence_offsets
+from answers.candidates import Span, code_points, document_spans, entity_spans, is_question, sentence_offsets
 from answers.echo import normalized
 from answers.features import static_span_features
 
@@ -55,7 +55,7 @@ def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
     return DocumentEntry(text, sentences, spans, frozenset(have), static_span_features(text, sentences, spans, title),
                          [Counter(t) for t in toks[:-1]], np.array([len(t) for t in toks[:-1]], dtype=np.int64),
                          sent_tokens, set().union(*sent_tokens) if sent_tokens else set(), set(toks[-1]),
-                         np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32), *normalized(text),
+                         code_points(text), *normalized(text),
                          np.array([is_question(text[a:b]) for a, b in sentences], dtype=bool).reshape(len(sentences)))
 
 

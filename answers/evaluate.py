@@ -51,7 +51,7 @@ def evaluate_scorer(examples: list[tuple], scorer, system: str = "answers (learn
 def check_unseen(examples: list[tuple], scorer) -> None:
     """Raise ``ValueError`` when a question of ``examples`` ((row, Prepared)) is about a document the scorer
     was fitted on (its ``info["fitted_documents"]``, written by :func:`answers.fit.fit_scorer`): a leak."""
-    seen = set(getattr(scorer, "info", {}).get("fitted_documents") or ())
+    seen = set(scorer.info.get("fitted_documents") or ())
     leak = sorted({row.doc_id for row, _ in examples if isinstance(row.doc_id, str)} & seen)
     if leak:
         raise ValueError(f"{len(leak)} of the evaluated questions' documents were fitted on by this scorer "

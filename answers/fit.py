@@ -76,38 +76,31 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     parts = _calibration_parts(examples, scorer, model, c, grades, calib_folds)
     if combine != "rank":  # the temperature is on the ranker's scale; the product's scores are in [0, 1]
         mbr_temperature = 0.0
-    by_t = _held_out_by_temperature(parts, (0.0, mbr_temperature))
+    tops = {t: _held_out_top1(parts, t) for t in sorted({0.0, float(mbr_temperature)})}
     scorer.mbr_temperature = mbr_temperature
-    levels, hit = [], []
-    for part, scored_by in parts:
-        scored_by = replace(scored_by, mbr_temperature=mbr_temperature)
-        for row, prep in part:
-            top = rank_answers(prep, scored_by, 1)
-            if top:
-                levels.append(scored_by.level(top[0]["raw_score"]))
-                hit.append(float(is_hit(top[0], row)))
-    scorer.calib_a, scorer.calib_b = _platt(np.asarray(levels), np.asarray(hit))
-    scorer.info.update({"span_model": model, **counts, "calibration_top1_hit": float(np.mean(hit)) if hit else None,
+    levels = np.asarray([lv for lv, _, _ in tops[float(mbr_temperature)] if lv is not None])
+    hit = np.asarray([h for lv, h, _ in tops[float(mbr_temperature)] if lv is not None])
+    scorer.calib_a, scorer.calib_b = _platt(levels, hit)
+    by_t = {str(t): {"hit@1": round(float(np.mean([h for _, h, _ in r])), 4) if r else None,
+                     "char_f1": round(float(np.mean([f for _, _, f in r])), 4) if r else None} for t, r in tops.items()}
+    scorer.info.update({"span_model": model, **counts, "calibration_top1_hit": float(np.mean(hit)) if len(hit) else None,
                         "held_out_top1_by_mbr_temperature": by_t,
                         "fitted_documents": sorted({row.doc_id for row, _ in examples if isinstance(row.doc_id, str)})})
     return scorer
 
 
-def _held_out_by_temperature(parts, temperatures) -> dict:
-    """{temperature: {"hit@1", "char_f1"}} of the top answers on the held-out ``parts`` (from
-    :func:`_calibration_parts`) under each minimum-Bayes-risk temperature (:mod:`answers.decode`): what the
-    choice trades, kept in the scorer's info."""
-    out = {}
-    for t in sorted(set(map(float, temperatures))):
-        f1, hit = [], []
-        for part, scored_by in parts:
-            scored_by = replace(scored_by, mbr_temperature=t)
-            for row, prep in part:
-                top = rank_answers(prep, scored_by, 1)
-                f1.append(char_f1(top[0]["text"], row.answer) if top else 0.0)
-                hit.append(float(bool(top) and is_hit(top[0], row)))
-        out[str(t)] = {"hit@1": round(float(np.mean(hit)), 4) if hit else None,
-                       "char_f1": round(float(np.mean(f1)), 4) if f1 else None}
+def _held_out_top1(parts, temperature: float) -> list[tuple]:
+    """(calibration level of the top answer or None without one, hit, char-F1) per held-out question of
+    ``parts`` (from :func:`_calibration_parts`), each answered by the scorer that did not see it under the
+    minimum-Bayes-risk ``temperature`` (:mod:`answers.decode`): the Platt scaling reads the levels, the scorer's
+    info what each temperature trades."""
+    out = []
+    for part, scored_by in parts:
+        scored_by = replace(scored_by, mbr_temperature=temperature)
+        for row, prep in part:
+            top = rank_answers(prep, scored_by, 1)
+            out.append((scored_by.level(top[0]["raw_score"]), float(is_hit(top[0], row)),
+                        char_f1(top[0]["text"], row.answer)) if top else (None, 0.0, 0.0))
     return out
 
 

@@ -47,10 +47,19 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
     log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "
         f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "
         f"span in the cleaned text")
-    # the ranker learns from every span of a document; serving scores the cascade's focus (AnswerConfig)
-    tr = build_examples(train, backend, store, replace(cfg, focus_sentences=0), with_gold_doc=True, log=log)
+    tr = fit_examples(train, backend, store, log)
     te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
     return backend, store, q, tr, te
+
+
+def fit_examples(questions, backend, store, log=print) -> list[tuple]:
+    """The fitting examples of ``questions``: every span of a document (serving scores the cascade's focus,
+    :class:`~answers.answer.AnswerConfig`), the gold document added when retrieval missed it."""
+    from answers.answer import AnswerConfig
+    from answers.fit import build_examples
+
+    return build_examples(questions, backend, store, replace(AnswerConfig(), focus_sentences=0), with_gold_doc=True,
+                          log=log)
 
 
 def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_share: float, install: bool,
@@ -145,13 +154,7 @@ def run(data_dir: str, questions: str, test_share: float, seed: int, install: bo
     t0 = time.perf_counter()
     backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
     cv = cross_validation(backend, store, q, tr, cv_seeds, log) if cv_seeds > 0 else None
-    more = None
-    if refit == "all":
-        from answers.answer import AnswerConfig
-        from answers.fit import build_examples
-
-        more = build_examples(q[q["split"] == "test"], backend, store, replace(AnswerConfig(), focus_sentences=0),
-                              with_gold_doc=True, log=log)
+    more = fit_examples(q[q["split"] == "test"], backend, store, log) if refit == "all" else None
     report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log, cv, more)
     log(f"{time.perf_counter() - t0:.0f} s")
     return report
