@@ -3,9 +3,16 @@ documents: gold documents and answer spans located in the cleaned text, and a se
 from __future__ import annotations
 
 import os
+import re
+import unicodedata
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from answers.metrics import counted
+
+_DUPLICATE_OF = re.compile(r"^duplicate of (\S+)$")
 
 
 def load_questions(path: str | os.PathLike) -> pd.DataFrame:
@@ -15,41 +22,91 @@ def load_questions(path: str | os.PathLike) -> pd.DataFrame:
                                                      "answer_end"]]
 
 
-def locate_gold(questions: pd.DataFrame, store) -> pd.DataFrame:
+def duplicate_targets(data_dir: str | os.PathLike) -> dict[str, str]:
+    """``external id -> kept doc_id`` for every imported document that cleaning dropped as a duplicate (SPEC §3),
+    read from the data dir's lineage: ``documents`` (the imported ids) and ``rejects`` (``duplicate of ID``),
+    chains followed to the document that was kept. Empty when either table is missing."""
+    from storage import read_table
+
+    data_dir = Path(data_dir)
+    if not all((data_dir / t / "manifest.json").is_file() for t in ("documents", "rejects")):
+        return {}
+    rej = read_table(data_dir / "rejects", ["doc_id", "reason", "detail"])
+    kept_of = {}
+    for r in rej.itertuples(index=False):
+        m = _DUPLICATE_OF.match(str(r.detail or ""))
+        if str(r.reason).endswith("_duplicate") and m:
+            kept_of[r.doc_id] = m.group(1)
+    out = {}
+    docs = read_table(data_dir / "documents", ["doc_id", "external_id"])
+    for d, ext in zip(docs["doc_id"], docs["external_id"]):
+        seen, k = {d}, kept_of.get(d)
+        while k in kept_of and kept_of[k] not in seen:  # a duplicate of a duplicate: follow to the kept one
+            seen.add(k)
+            k = kept_of[k]
+        if k and isinstance(ext, str):
+            out[ext] = k
+    return out
+
+
+def locate_gold(questions: pd.DataFrame, store, duplicates: dict[str, str] | None = None) -> pd.DataFrame:
     """Add ``doc_id`` (the pipeline's id of the question's document), ``gold_start``/``gold_end`` (the answer
-    located in its cleaned text, whitespace ignored, the occurrence nearest the original offset; -1 when it is
-    not there) and ``gold_via`` (``id``; ``duplicate`` when cleaning dropped the document as a duplicate and
-    the answer of at least 8 chars was found in exactly one kept document, which becomes the gold; ``none``)."""
+    located in its cleaned text by :func:`find_span`, the occurrence nearest the original offset; -1 when it is
+    not there) and ``gold_via``: ``id``; ``duplicate`` when cleaning dropped the document as a duplicate, and
+    the gold is then the document it was a duplicate of (``duplicates``: :func:`duplicate_targets`) or, where
+    that lineage says nothing, the one kept document that holds an answer of at least 8 chars; ``none``."""
     ext_to_doc = {m.get("external_id"): d for d, m in store.meta.items() if m.get("external_id")}
+    duplicates = duplicates or {}
+    flat = {}  # doc_id -> its text as find_span reads it, built once
     doc_ids, starts, ends, via = [], [], [], []
     for r in questions.itertuples(index=False):
         d = ext_to_doc.get(r.ext_doc)
-        text = store.text.get(d) if d else None
-        s, e = find_span(text, r.answer, r.answer_start) if text else (-1, -1)
-        via.append("id" if d else "none")
-        if d is None and len("".join(r.answer.split())) >= 8:
-            found = [(dd, find_span(t, r.answer, r.answer_start)) for dd, t in store.text.items()
-                     if "".join(r.answer.split())[:8] in "".join(t.split())]
+        kind = "id" if d else "none"
+        if d is None and duplicates.get(r.ext_doc) in store.text:
+            d, kind = duplicates[r.ext_doc], "duplicate"
+        s, e = _find(flat, store, d, r.answer, r.answer_start) if d else (-1, -1)
+        if d is None and len(counted_text(r.answer)[0]) >= 8:
+            found = [(dd, _find(flat, store, dd, r.answer, r.answer_start)) for dd in store.text]
             found = [(dd, se) for dd, se in found if se[0] >= 0]
             if len(found) == 1:
                 d, (s, e) = found[0]
-                via[-1] = "duplicate"
+                kind = "duplicate"
         doc_ids.append(d)
         starts.append(s)
         ends.append(e)
+        via.append(kind)
     return questions.assign(doc_id=doc_ids, gold_start=starts, gold_end=ends, gold_via=via)
 
 
-def find_span(text: str, answer: str, near: int) -> tuple[int, int]:
-    """(start, end) of ``answer`` in ``text`` ignoring whitespace on both sides (cleaning collapses and drops
-    spaces), the occurrence nearest ``near``; (-1, -1) when absent."""
-    keep = [i for i, c in enumerate(text) if not c.isspace()]
-    flat = "".join(text[i] for i in keep)
-    ans = "".join(c for c in answer if not c.isspace())
-    hits, i = [], flat.find(ans) if ans else -1
+def _find(flat: dict, store, doc_id: str, answer: str, near: int) -> tuple[int, int]:
+    if doc_id not in flat:
+        flat[doc_id] = counted_text(store.text[doc_id])
+    return find_span(store.text[doc_id], answer, near, flat[doc_id])
+
+
+def counted_text(text: str) -> tuple[str, list[int]]:
+    """(the characters the answer metrics count, each NFKC-normalised and lower-cased: whitespace and
+    punctuation dropped as :func:`answers.metrics.normalize` drops them; the offset in ``text`` of each)."""
+    chars, at = [], []
+    for i, c in enumerate(text):
+        for n in unicodedata.normalize("NFKC", c).lower():
+            if counted(n):
+                chars.append(n)
+                at.append(i)
+    return "".join(chars), at
+
+
+def find_span(text: str, answer: str, near: int, flat: tuple[str, list[int]] | None = None) -> tuple[int, int]:
+    """(start, end) of ``answer`` in ``text`` compared as the answer metrics compare them (:func:`counted_text`:
+    cleaning collapses spaces and may turn full-width punctuation half-width or back), the occurrence nearest
+    ``near``; the span runs from the answer's first counted character to its last. (-1, -1) when absent or
+    when the answer holds no counted character. ``flat``: ``counted_text(text)`` when already built."""
+    chars, keep = flat if flat is not None else counted_text(text)
+    ans = counted_text(answer)[0]
+    hits, i = [], chars.find(ans) if ans else -1
     while i >= 0:
         hits.append(i)
-        i = flat.find(ans, i + 1)
+        i = chars.find(ans, i + 1)
     if not hits:
         return -1, -1
     h = min(hits, key=lambda x: abs(keep[x] - near))

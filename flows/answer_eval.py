@@ -37,11 +37,11 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
     from answers.backend import SearchBackend
     from answers.documents import DocumentStore
     from answers.fit import build_examples
-    from answers.ncpqa import load_questions, locate_gold, split_by_document
+    from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
 
     cfg = AnswerConfig()
     backend, store = SearchBackend(Path(data_dir) / "index"), DocumentStore(Path(data_dir) / "documents_clean")
-    q = locate_gold(load_questions(questions), store)
+    q = locate_gold(load_questions(questions), store, duplicate_targets(data_dir))
     q["split"] = split_by_document(q, test_share, seed)
     train, test = q[q["split"] == "train"], q[q["split"] == "test"]
     log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "

@@ -350,3 +350,55 @@ def test_split_by_document_keeps_a_cleaned_document_on_one_side():
     assert (split[q["ext_doc"] != test_doc] == plain[q["ext_doc"] != test_doc]).all()
     assert not set(q.loc[split == "test", "doc_id"].dropna()) & set(q.loc[split == "train", "doc_id"].dropna())
     assert split_by_document(q.iloc[:0], 0.3, 13).empty
+
+
+def test_find_span_compares_as_the_answer_metrics_do():
+    """Cleaning turns punctuation full-width or half-width and drops spaces: the gold answer is still found,
+    at its first and last counted character, the occurrence nearest the original offset."""
+    from answers.metrics import normalize
+    from answers.ncpqa import find_span
+
+    text = "来信地址：北京市门头沟区新桥大街12号；信访办公室收；邮政编码：102300。另：新桥大街12号；信访办公室收。"
+    s, e = find_span(text, "新桥大街12号;信访办公室收;", 10)
+    assert text[s:e] == "新桥大街12号；信访办公室收" and s == text.index("新桥")
+    s2, _ = find_span(text, " 新桥大街 12号 ; 信访办公室收", 60)
+    assert s2 == text.rindex("新桥")
+    assert normalize(text[s:e]) == normalize("新桥大街12号;信访办公室收;")
+    assert find_span(text, "。；", 0) == (-1, -1) and find_span(text, "上海", 0) == (-1, -1)
+    assert find_span("Ｗｗｗ　ＡＢＣ", "abc", 0) == (4, 7)  # NFKC and case as the metrics read them
+
+
+def test_locate_gold_follows_the_duplicate_lineage_of_cleaning(tmp_path):
+    """A question about a document that cleaning dropped as a duplicate gets the kept document as its gold,
+    read from the data dir's ``rejects`` (as the clean stage writes them), even for a short answer found in
+    several documents."""
+    import json
+
+    import pandas as pd
+
+    from answers.documents import DocumentStore
+    from answers.ncpqa import duplicate_targets, locate_gold
+    from corpus import stages as S
+    from corpus.clean import CleanConfig
+
+    body = "各区要落实减免政策，小微企业房租减免25%，期限不超过5个月，请各单位认真执行。"
+    docs = [{"id": "a", "title": "甲区通知", "text": "甲区通知。" + body},
+            {"id": "b", "title": "甲区通知", "text": "甲区通知。" + body},
+            {"id": "c", "title": "乙区通知", "text": "乙区通知。乙区对小微企业房租减免25%，同时提供贷款贴息支持，具体以各区公告为准。"}]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+    S.import_documents(src, tmp_path / "documents", columns={"id_column": "id"})
+    S.clean_stage(tmp_path / "documents", tmp_path / "documents_clean", tmp_path / "rejects", CleanConfig())
+    store = DocumentStore(tmp_path / "documents_clean")
+    dup = duplicate_targets(tmp_path)
+    kept = {m["external_id"]: d for d, m in store.meta.items()}
+    assert set(kept) == {"a", "c"} and dup == {"b": kept["a"]}
+    q = pd.DataFrame({"qid": ["1", "2"], "question": ["减免多少？", "期限多长？"], "answer": ["25%", "期限不超过5个月，请各单位认真执行。"],
+                      "ext_doc": ["b", "b"], "answer_start": [26, 32], "answer_end": [29, 39]})
+    got = locate_gold(q, store, dup)
+    assert got["doc_id"].tolist() == [kept["a"], kept["a"]] and got["gold_via"].tolist() == ["duplicate"] * 2
+    text = store.text[kept["a"]]
+    assert text[got["gold_start"][0]:got["gold_end"][0]] == "25" and text[got["gold_start"][1]:got["gold_end"][1]] == "期限不超过5个月，请各单位认真执行"
+    without = locate_gold(q, store)  # without the lineage: a long answer in one kept document places it, a 3-char one does not
+    assert without["gold_via"].tolist() == ["none", "duplicate"] and without["gold_start"][0] == -1
+    assert duplicate_targets(tmp_path / "nowhere") == {}
