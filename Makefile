@@ -6,7 +6,7 @@ INPUT   ?= ../shared/corpus/policy_docs.csv
 DATA    ?= data
 PROFILE ?= cpu-small
 
-.PHONY: setup system run test bench clean
+.PHONY: setup system run serve test bench clean
 
 setup: system $(VENV)/.setup-stamp
 
@@ -22,6 +22,10 @@ $(VENV)/.setup-stamp: pyproject.toml
 
 run: setup
 	$(BIN)/python -m flows.pipeline --input $(INPUT) --data-dir $(DATA) --profile $(PROFILE)
+
+# the answer page over the main job's data dir (after make run): http://127.0.0.1:8000
+serve: setup
+	$(BIN)/python -m flows.serve --data-dir $(DATA)
 
 test: setup
 	$(BIN)/python -m pytest -q

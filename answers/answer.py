@@ -9,6 +9,13 @@ reach the learned :class:`~answers.scorer.AnswerScorer` (a cascade: :func:`focus
 documents and spans (:mod:`answers.features`); the answer list holds the best span of each document, best
 first, with its offsets into the cleaned document text. What does not depend on the question (sentences,
 candidates, their question-free features, tokens) is computed once per document (:mod:`answers.doc_cache`).
+
+Records: the search's hits grouped by document (:class:`DocHits`), then one
+:class:`~answers.features.DocCandidates` per document, built once with all its fields, in
+:class:`~answers.features.Prepared`. The question is checked by :func:`check_question` (:meth:`Answerer.answer`,
+``flows.ask``) and once more by the search itself (``retrieval.query.check_query``, inside every search call);
+:func:`prepare` segments it once (:class:`~answers.features.Question`; the search's BM25 side segments it
+again inside ``retrieval``, which takes a question as text).
 """
 from __future__ import annotations
 
@@ -20,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from answers.candidates import gap_spans, sentence_offsets
+from answers.candidates import Span, gap_spans, sentence_offsets
 from answers.decode import mbr_choice
-from answers.features import (STATIC, Prepared, doc_features, question_chars, sentence_bm25, span_matrix,
-                              static_span_features)
+from answers.features import (STATIC, DocCandidates, Prepared, Question, doc_features, span_matrix,
+                               static_span_features)
+from retrieval.sparse import bm25_scores
 
 
 class AnswerInputError(ValueError):
@@ -54,7 +62,9 @@ class AnswerConfig:
 
 def check_question(question, k, cfg: AnswerConfig = AnswerConfig()) -> str:
     """The question stripped, after the checks of the search (``retrieval.query.check_query``: empty, too
-    long, ``k`` out of range) plus one of its own: a question must hold a letter or a digit.
+    long, ``k`` out of range) plus one of its own: a question must hold a letter or a digit. Called where a
+    question enters (:meth:`Answerer.answer`, ``flows.ask``); :func:`prepare` takes the checked question, and
+    the search it runs checks it again (a refused question raises ``retrieval.query.QueryError`` there).
 
     Raises:
         AnswerInputError: the message names the problem.
@@ -70,96 +80,104 @@ def check_question(question, k, cfg: AnswerConfig = AnswerConfig()) -> str:
         raise AnswerInputError(str(exc)) from exc
 
 
-def group_hits(hits: list[dict], max_docs: int) -> list[dict]:
-    """Hits grouped by document in order of each document's best hit: ``[{doc_id, hits, first_hit}]``."""
+@dataclass(frozen=True)
+class DocHits:
+    """One document's hits among the search's top ``search_k`` chunks: ``hits`` (the search's dicts, best
+    first, each with ``rank``, its place in the top list, added), ``first_hit`` (the rank of the best) and
+    ``extra`` (a document added after the retrieved ones, with no hits: training's gold document)."""
+
+    doc_id: str
+    hits: list[dict]
+    first_hit: int
+    extra: bool = False
+
+
+def group_hits(hits: list[dict], max_docs: int) -> list[DocHits]:
+    """Hits grouped by document in order of each document's best hit (the first ``max_docs`` documents)."""
     groups: OrderedDict = OrderedDict()
     for rank, h in enumerate(hits):
-        g = groups.setdefault(h["doc_id"], {"doc_id": h["doc_id"], "hits": [], "first_hit": rank})
-        h = {**h, "rank": rank}
-        g["hits"].append(h)
+        groups.setdefault(h["doc_id"], DocHits(h["doc_id"], [], rank)).hits.append({**h, "rank": rank})
     return list(groups.values())[:max_docs]
 
 
-def _text_of(doc: dict, store) -> tuple[str, dict]:
-    """The cleaned text of a grouped document and its metadata. When the store's text does not hold the
-    retrieved chunks at their offsets (documents refreshed after the index version was built), a text made of
-    the chunks placed at their offsets (blanks elsewhere), so offsets stay those of the version's text."""
-    text, meta = store.get(doc["doc_id"])
-    hits = doc["hits"]
-    if text is not None and all(text[h["start"]:h["end"]].strip() == h["text"] for h in hits):
-        return text, meta
-    buf = [" "] * max([h["start"] + len(h["text"]) for h in hits] + [0])
-    for h in hits:
-        buf[h["start"]:h["start"] + len(h["text"])] = list(h["text"])
-    first = hits[0] if hits else {}
-    return "".join(buf), {c: meta.get(c) or first.get(c) for c in ("title", "url", "source", "pubtime", "external_id")}
+def _text_of(doc_id: str, store) -> tuple[str, dict]:
+    """The cleaned text of a grouped document and its metadata, from the index version's own texts (the
+    offsets of its chunks point into them).
+
+    Raises:
+        ValueError: the version's texts lack the document (a version whose parts do not match its chunks).
+    """
+    text, meta = store.get(doc_id)
+    if text is None:
+        raise ValueError(f"document {doc_id!r} of the index's chunks is not in its texts part")
+    return text, meta
 
 
-def _entry(d: dict, backend, cfg: AnswerConfig, cache):
+def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, cache):
     """The :class:`~answers.doc_cache.DocumentEntry` of a grouped document: from ``cache`` when the whole
     document is read; built for this question alone when only the sentences near its retrieved chunks are
     (documents over ``max_doc_chars``)."""
     from answers.doc_cache import build_entry
 
-    text, title, hits = d["text"], d["meta"].get("title") or "", d["hits"]
+    hits = group.hits
     if len(text) > cfg.max_doc_chars and hits:
         sents = [s for s in sentence_offsets(text) if any(h["start"] - cfg.margin <= s[0] < h["end"] + cfg.margin
                                                            for h in hits)]
         return build_entry(text, title, sents, backend.tokenize)
     if cache is None:
         return build_entry(text, title, sentence_offsets(text), backend.tokenize)
-    return cache.get(d["doc_id"], text, title, backend.tokenize)
+    return cache.get(group.doc_id, text, title, backend.tokenize)
+
+
+def _groups(question: str, backend, cfg: AnswerConfig, extra_doc: str | None) -> list[DocHits]:
+    """The search's hits for ``question`` grouped by document (:func:`group_hits`), ``extra_doc`` added after
+    them when missing. The search checks the question once more (``retrieval.query.check_query``, as every
+    search call does: ``QueryError``)."""
+    groups = group_hits(backend.search(question, cfg.search_k), cfg.max_docs)
+    if extra_doc is not None and all(g.doc_id != extra_doc for g in groups):
+        groups.append(DocHits(extra_doc, [], cfg.search_k, extra=True))
+    return groups
 
 
 def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None,
             cache=None) -> Prepared:
-    """Retrieve, group, split and featurise one (checked) question. ``extra_doc``: a document added after the
-    retrieved ones when missing (training: the gold document), with no hits. ``cache``: a
+    """Retrieve, group, split and featurise one question, checked by the caller (:func:`check_question`:
+    :meth:`Answerer.answer`; fitting passes its question set's questions stripped and lets the search refuse a
+    bad one). The question is segmented once here (:class:`~answers.features.Question`; the search's BM25
+    side segments it on its own, inside ``retrieval``). ``extra_doc``: a document added after the retrieved
+    ones when missing (training: the gold document), with no hits. ``cache``: a
     :class:`~answers.doc_cache.DocumentCache` for the question-free part of each document (features are the
     same with or without it)."""
-    hits = backend.search(question, cfg.search_k)
-    docs = group_hits(hits, cfg.max_docs)
-    if extra_doc is not None and all(d["doc_id"] != extra_doc for d in docs):
-        docs.append({"doc_id": extra_doc, "hits": [], "first_hit": cfg.search_k, "extra": True})
-    q_tok_list = backend.tokenize([question])[0]
-    entries = []
-    for d in docs:
-        d["text"], d["meta"] = _text_of(d, store)
-        e = _entry(d, backend, cfg, cache)
-        entries.append(e)
-        d["sentences"], d["codes"], d["norm"], d["norm_at"] = e.sentences, e.codes, e.norm, e.norm_at
-        d["sent_tokens"], d["all_tokens"], d["title_tokens"] = e.sent_tokens, e.all_tokens, e.title_tokens
-    bm = sentence_bm25(q_tok_list, [c for e in entries for c in e.sent_counts],
-                       np.concatenate([e.sent_lens for e in entries] or [np.zeros(0)]))
-    dense = _dense(question, docs, bm, backend, cfg.dense_sentences)
-    pos, best = 0, []
-    for d in docs:
-        n = len(d["sentences"])
-        d["bm"], d["dense"] = bm[pos:pos + n], dense[pos:pos + n]
-        best.append(float(d["bm"].max()) if n else 0.0)
-        pos += n
-    best_all = max(best) if best else 0.0
-    q_tok, q_chars = set(q_tok_list), question_chars(question)
-    statics = [_focused(question, d, e, cfg) for d, e in zip(docs, entries)]
-    span_x = span_matrix(question, docs, statics, best_all, q_tok, q_chars, cfg.search_k)
-    span_doc = np.concatenate([np.full(len(d["spans"]), g, dtype=int) for g, d in enumerate(docs)] or [np.zeros(0, int)])
-    spans = [sp for d in docs for sp in d["spans"]]
-    for d in docs:
-        del d["codes"], d["norm_at"]  # keep the result plain data
-    return Prepared(question, docs, doc_features(docs, q_tok, [d["title_tokens"] for d in docs], np.asarray(best)),
-                    span_x, span_doc, spans)
+    groups = _groups(question, backend, cfg, extra_doc)
+    q = Question.of(question, backend.tokenize)
+    texts = [_text_of(g.doc_id, store) for g in groups]
+    entries = [_entry(g, text, meta.get("title") or "", backend, cfg, cache) for g, (text, meta) in zip(groups, texts)]
+    bm = bm25_scores(list(q.tokens), [c for e in entries for c in e.sent_counts],
+                     np.concatenate([e.sent_lens for e in entries] or [np.zeros(0)]))
+    dense = _dense(question, entries, bm, backend, cfg.dense_sentences)
+    docs, pos = [], 0
+    for g, (text, meta), e in zip(groups, texts, entries):
+        d_bm, d_dense, pos = bm[pos:pos + len(e.sentences)], dense[pos:pos + len(e.sentences)], pos + len(e.sentences)
+        spans, static = _focused(question, d_bm, e, meta.get("title") or "", cfg)
+        docs.append(DocCandidates(g.doc_id, g.hits, g.first_hit, g.extra, meta, e, d_bm, d_dense, spans, static))
+    best = np.asarray([float(d.bm.max()) if len(d.sentences) else 0.0 for d in docs])
+    best_all = max(best.tolist()) if len(best) else 0.0
+    span_x = span_matrix(q, docs, best_all, cfg.search_k)
+    span_doc = np.concatenate([np.full(len(d.spans), g, dtype=int) for g, d in enumerate(docs)] or [np.zeros(0, int)])
+    return Prepared(question, docs, doc_features(docs, q, best), span_x, span_doc, [sp for d in docs for sp in d.spans])
 
 
-def _focused(question: str, d: dict, e, cfg: AnswerConfig) -> np.ndarray:
-    """Set ``d["spans"]`` to the cached candidates of the focused sentences (:func:`focus_sentences`; a sentence
-    that is itself a question, :func:`answers.candidates.is_question`, never is) plus the question's gaps there;
-    returns their question-free feature rows."""
-    focus = focus_sentences(d["bm"], cfg.focus_sentences, cfg.focus_after) & ~e.asks  # questions never answer
+def _focused(question: str, bm: np.ndarray, e, title: str, cfg: AnswerConfig) -> tuple[list[Span], np.ndarray]:
+    """The spans of a document ``e`` (:class:`~answers.doc_cache.DocumentEntry`) scored for ``question``: its
+    cached candidates in the focused sentences (:func:`focus_sentences` of ``bm``, the question's BM25 per
+    sentence; a sentence that is itself a question, :func:`answers.candidates.is_question`, never is) plus
+    the question's gaps there; and their question-free feature rows ((n_spans, |STATIC|) float64)."""
+    focus = focus_sentences(bm, cfg.focus_sentences, cfg.focus_after) & ~e.asks  # questions never answer
     keep = np.flatnonzero(focus[e.static[:, STATIC.index("first")].astype(int)]) if len(e.spans) else np.zeros(0, int)
     gaps = gap_spans(e.text, [se if focus[i] else (se[0], se[0]) for i, se in enumerate(e.sentences)], question,
                      e.have, e.codes)
-    d["spans"] = [e.spans[i] for i in keep] + gaps
-    return np.vstack([e.static[keep], static_span_features(e.text, e.sentences, gaps, d["meta"].get("title") or "")])
+    return ([e.spans[i] for i in keep] + gaps,
+            np.vstack([e.static[keep], static_span_features(e.text, e.sentences, gaps, title)]))
 
 
 def focus_sentences(bm: np.ndarray, top: int, after: int) -> np.ndarray:
@@ -179,13 +197,14 @@ def focus_sentences(bm: np.ndarray, top: int, after: int) -> np.ndarray:
     return keep
 
 
-def _dense(question: str, docs: list[dict], bm: np.ndarray, backend, n: int) -> np.ndarray:
-    """Cosine of the question with the ``n`` sentences (of all ``docs``, in order; ``bm`` their BM25) that BM25
-    ranks first (NaN for the others)."""
+def _dense(question: str, entries: list, bm: np.ndarray, backend, n: int) -> np.ndarray:
+    """Cosine of the question with the ``n`` sentences (of all ``entries``, the documents'
+    :class:`~answers.doc_cache.DocumentEntry` in order; ``bm`` their BM25) that BM25 ranks first (NaN for the
+    others); (n_sentences,) float64."""
     out = np.full(len(bm), np.nan, dtype=np.float64)
     if n <= 0 or not len(bm):
         return out
-    flat = [d["text"][s:e] for d in docs for s, e in d["sentences"]]
+    flat = [e.text[a:b] for e in entries for a, b in e.sentences]
     top = np.argsort(-bm, kind="stable")[:n]
     qv = backend.embed_queries([question])
     pv = backend.embed_passages([flat[i] for i in top])
@@ -217,7 +236,7 @@ def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> li
     best = {}  # document -> (its level: its best span's raw score, its spans)
     for g, d in enumerate(prep.docs):
         idx = np.flatnonzero(prep.span_doc == g)
-        if not d.get("extra") and len(idx):
+        if not d.extra and len(idx):
             best[g] = (float(raw[idx].max()), idx)
     out = []
     for g in sorted(best, key=lambda g: -best[g][0])[:k]:  # stable: ties keep the retrieval order
@@ -225,11 +244,11 @@ def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> li
         pick = idx[mbr_choice([prep.spans[i].start for i in idx], [prep.spans[i].end for i in idx], raw[idx],
                               scorer.mbr_temperature)]
         sp = prep.spans[pick]
-        pa, pb = passage(d["text"], sp.start, sp.end, passage_chars)
-        out.append({"text": d["text"][sp.start:sp.end], "score": float(scorer.calibrate(level)),
-                    "raw_score": level, "doc_score": float(p_doc[g]), "doc_id": d["doc_id"],
-                    **{c: d["meta"].get(c) for c in ("external_id", "title", "url", "source", "pubtime")},
-                    "start": sp.start, "end": sp.end, "passage": d["text"][pa:pb], "passage_start": pa,
+        pa, pb = passage(d.text, sp.start, sp.end, passage_chars)
+        out.append({"text": d.text[sp.start:sp.end], "score": float(scorer.calibrate(level)),
+                    "raw_score": level, "doc_score": float(p_doc[g]), "doc_id": d.doc_id,
+                    **{c: d.meta.get(c) for c in ("external_id", "title", "url", "source", "pubtime")},
+                    "start": sp.start, "end": sp.end, "passage": d.text[pa:pb], "passage_start": pa,
                     "passage_end": pb, "kind": sp.kind, "doc_rank": g + 1})
     return out
 
@@ -237,59 +256,87 @@ def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> li
 class Answerer:
     """Answers questions over a data dir's serving index (Python API; the CLI and the web page use it).
 
-    ``answer(question, k)`` reads ``index/CURRENT`` once per call and uses that version's search, encoder and
-    chunks throughout (a refresh during a question never mixes versions); versions and the cleaned documents
-    are loaded once and kept (the two latest versions), and so is the question-free part of each document seen
-    (its version's :class:`~answers.doc_cache.DocumentCache`; :meth:`warm` fills it up front). Nothing is
-    written to the data dir.
+    ``answer(question, k)`` reads ``index/CURRENT`` once per call and uses that version throughout: its
+    search, encoder, document texts and answer scorer are all parts of the version (:mod:`retrieval.parts`), so
+    a refresh during a question never mixes versions and a rollback restores every one of them. Loaded versions
+    are kept by their identity (:func:`retrieval.versions.version_key`: an index rebuilt from scratch under the
+    same name is loaded anew; the two latest), and so is the question-free part of each document seen (its
+    version's :class:`~answers.doc_cache.DocumentCache`; :meth:`warm` fills it up front). Nothing is written
+    to the data dir. ``scorer``: a scorer object used instead of the version's (evaluation of a fresh fit).
 
     Raises (at construction):
-        answers.scorer.ScorerMissingError: no fitted scorer (``scorer`` not given and none found).
-        ValueError: the scorer was fitted on other features (:func:`answers.scorer.check_features`).
+        ValueError: the given ``scorer`` was fitted on other features (:func:`answers.scorer.check_features`).
     """
 
     def __init__(self, data_dir: str | os.PathLike, scorer=None, cfg: AnswerConfig = AnswerConfig(),
-                 scorer_path: str | os.PathLike | None = None, tokenizer=None):
+                 tokenizer=None):
         import threading
 
-        from answers.scorer import check_features, load_scorer
+        from answers.scorer import check_features
 
         self.data_dir = Path(data_dir)
         self.cfg = cfg
-        self.scorer = check_features(scorer) if scorer is not None else load_scorer(self.data_dir, scorer_path)
+        self.scorer_override = check_features(scorer) if scorer is not None else None
         self._tokenizer = tokenizer
         self._backends: OrderedDict = OrderedDict()
-        self._store: tuple[str, object] | None = None
         self._lock = threading.Lock()
 
     def backend(self, version: str | None = None):
-        """The :class:`~answers.backend.SearchBackend` of ``version`` (default: the serving one), cached."""
-        from answers.backend import SearchBackend, serving_version
+        """The :class:`~answers.backend.SearchBackend` of ``version`` (default: the serving one), cached by
+        the version's identity.
 
-        version = version or serving_version(self.data_dir / "index")
+        Raises:
+            retrieval.bundle.IndexMissingError: no index published, or ``version`` is not on disk.
+        """
+        from answers.backend import SearchBackend
+        from retrieval.bundle import IndexMissingError
+        from retrieval.versions import current_version, version_key
+
+        root = self.data_dir / "index"
+        version = version or current_version(root)
+        if version is None:
+            raise IndexMissingError(f"no index in {root} (no CURRENT): run the pipeline first")
+        try:
+            key = version_key(root, version)
+        except FileNotFoundError:
+            raise IndexMissingError(f"index version {version} is not in {root}") from None
         with self._lock:
-            if version not in self._backends:
-                self._backends[version] = SearchBackend(self.data_dir / "index", version, self._tokenizer)
+            if key not in self._backends:
+                self._backends[key] = SearchBackend(root, version, self._tokenizer)
                 while len(self._backends) > 2:
                     self._backends.popitem(last=False)
-            return self._backends[version]
+            return self._backends[key]
+
+    def scorer(self, backend=None):
+        """The scorer answers use: the given one, else the serving (or ``backend``'s) version's pinned scorer.
+
+        Raises:
+            answers.scorer.ScorerMissingError: the version has no scorer (the reason: refused at publication).
+        """
+        return self.scorer_override or (backend or self.backend()).scorer
 
     def store(self):
-        """The cleaned documents (reloaded when ``documents_clean`` was swapped for a new table)."""
-        from answers.documents import DocumentStore
+        """The serving version's documents (:class:`~answers.documents.DocumentStore` of its texts part)."""
+        return self.backend().store
 
-        real = os.path.realpath(self.data_dir / "documents_clean")
-        with self._lock:
-            if self._store is None or self._store[0] != real:
-                self._store = (real, DocumentStore(real))
-            return self._store[1]
+    def check(self) -> dict:
+        """Load the serving version, its texts and its scorer now (a serving process's start: a missing or
+        refused part is an error before the first request); returns ``{version, encoder, documents}``.
+
+        Raises:
+            retrieval.bundle.IndexMissingError, retrieval.parts.PartError, answers.scorer.ScorerMissingError,
+            ValueError: the part that cannot be served, named.
+        """
+        backend = self.backend()
+        self.scorer(backend)
+        return {"version": backend.version, "encoder": backend.encoder_name, "documents": len(backend.store.text)}
 
     def warm(self) -> int:
         """Fill the serving version's document cache (:class:`~answers.doc_cache.DocumentCache`) with every
-        cleaned document up to its bound, so questions pay only for what depends on them; returns the documents
-        built. A serving process calls it once (``flows.serve`` does, beside its first requests)."""
+        document of the version up to its bound, so questions pay only for what depends on them; returns the
+        documents built. A serving process calls it once (``flows.serve`` does, beside its first requests)."""
         backend = self.backend()
-        return backend.doc_cache.warm(self.store(), backend.tokenize, self.cfg.max_doc_chars)
+        return backend.doc_cache.warm(backend.store, backend.tokenize, self.cfg.max_doc_chars)
 
     def answer(self, question: str, k: int = 3) -> dict:
         """Answers to ``question``: ``{question, answers (best first, see rank_answers), found (top score >=
@@ -297,16 +344,18 @@ class Answerer:
 
         Raises:
             AnswerInputError: bad question or ``k`` (see :func:`check_question`).
-            answers.backend.IndexMissingError: no index published.
+            retrieval.bundle.IndexMissingError: no index published.
+            answers.scorer.ScorerMissingError: the serving version has no answer scorer.
         """
         import time
 
         t = time.perf_counter()
         q = check_question(question, k, self.cfg)
         backend = self.backend()
-        prep = prepare(q, backend, self.store(), self.cfg, cache=backend.doc_cache)
-        answers = rank_answers(prep, self.scorer, k, self.cfg.passage_chars)
+        scorer = self.scorer(backend)
+        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache)
+        answers = rank_answers(prep, scorer, k, self.cfg.passage_chars)
         return {"question": q, "answers": answers,
-                "found": bool(answers) and answers[0]["score"] >= self.scorer.threshold,
-                "threshold": self.scorer.threshold, "version": backend.version, "encoder": backend.encoder_name,
+                "found": bool(answers) and answers[0]["score"] >= scorer.threshold,
+                "threshold": scorer.threshold, "version": backend.version, "encoder": backend.encoder_name,
                 "seconds": time.perf_counter() - t}

@@ -1,5 +1,6 @@
-"""Cleaned documents for the answer stage: the text the offsets point into (``documents_clean``, SPEC §1)
-and the metadata shown with an answer."""
+"""Cleaned documents for the answer stage: the text the offsets point into and the metadata shown with an
+answer (SPEC §1, §9). Serving reads them from the index version's ``texts`` part (:meth:`DocumentStore.from_frame`
+over :attr:`retrieval.bundle.ServingBundle.texts`); the evaluation may read a ``documents_clean`` table."""
 from __future__ import annotations
 
 import datetime as dt
@@ -20,7 +21,7 @@ def _plain(v):
 
 
 class DocumentStore:
-    """``doc_id -> text`` and metadata of a ``documents_clean`` table, read once.
+    """``doc_id -> text`` and metadata of a ``documents_clean`` table (or of a frame with its columns), read once.
 
     Raises (at construction):
         FileNotFoundError: no ``documents_clean`` table in ``clean_dir``.
@@ -33,8 +34,16 @@ class DocumentStore:
         if not (clean_dir / "manifest.json").is_file():
             raise FileNotFoundError(f"no documents_clean table in {clean_dir}: run the pipeline first")
         have = set(read_manifest(clean_dir)["columns"])
-        cols = ["doc_id", "text"] + [c for c in META if c in have]
-        df = read_table(clean_dir, cols)
+        self._fill(read_table(clean_dir, ["doc_id", "text"] + [c for c in META if c in have]))
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> "DocumentStore":
+        """A store over ``df`` (``doc_id``, ``text`` and any of :data:`META`): an index version's texts."""
+        store = cls.__new__(cls)
+        store._fill(df)
+        return store
+
+    def _fill(self, df: pd.DataFrame) -> None:
         self.text = dict(zip(df["doc_id"], df["text"]))
         self.meta = {r["doc_id"]: {c: _plain(r.get(c)) for c in META}
                      for r in df.drop(columns=["text"]).to_dict("records")}

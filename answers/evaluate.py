@@ -37,7 +37,7 @@ def evaluate_scorer(examples: list[tuple], scorer, system: str = "answers (learn
         h3.append(any(is_hit(a, row) for a in ans))
         f1.append(char_f1(top["text"], row.answer) if top else 0.0)
         em.append(exact_match(top["text"], row.answer) if top else 0.0)
-        ranks = [g for g, d in enumerate(prep.docs) if d["doc_id"] == row.doc_id and not d.get("extra")]
+        ranks = [g for g, d in enumerate(prep.docs) if d.doc_id == row.doc_id and not d.extra]
         for k in recall:
             recall[k].append(bool(ranks) and ranks[0] < k)
         per.append({"qid": row.qid, "hit1": h1[-1], "hit3": h3[-1], "f1": f1[-1],
@@ -123,13 +123,13 @@ def oracle_row(examples: list[tuple]) -> dict:
     for row, prep in examples:
         best, any_hit = 0.0, False
         for g, d in enumerate(prep.docs):
-            if d["doc_id"] != row.doc_id or d.get("extra") or row.gold_start < 0:
+            if d.doc_id != row.doc_id or d.extra or row.gold_start < 0:
                 continue
             for i in np.flatnonzero(prep.span_doc == g):
                 sp = prep.spans[i]
                 if overlaps(sp.start, sp.end, row.gold_start, row.gold_end):
                     any_hit = True
-                    best = max(best, char_f1(d["text"][sp.start:sp.end], row.answer))
+                    best = max(best, char_f1(d.text[sp.start:sp.end], row.answer))
         hit.append(any_hit)
         f1.append(best)
     return _row("ceiling: best candidate of the retrieved documents", hit, hit, f1, [0.0] * len(hit))

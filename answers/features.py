@@ -22,11 +22,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from answers.candidates import Span
 from answers.echo import ECHO_FEATURES, EchoQuery, echo_matrix
+
 
 DOC_FEATURES = ("doc_rank_log", "doc_top", "first_hit_log", "n_hits", "fused_rel", "dense_rel", "dense_raw",
                 "sparse_rel", "sparse_rank_log", "title_cover", "doc_cover", "best_bm25_rel", "n_sent_log")
@@ -50,18 +52,88 @@ _CLAUSE_MARK = re.compile(r"[，,；;：:]")
 _STOP_CHARS = set("的了是在和与及或等对为有何哪些什么如何怎样怎么吗呢？?，,。、：:；;“”\"'（）() 年月日")
 
 
+@dataclass(frozen=True)
+class Question:
+    """A checked question as the features read it, each form computed once per question: ``text``; ``tokens``
+    (the index's BM25 tokens, repeats kept as BM25 counts them) and ``token_set``; ``chars`` (its content
+    characters, :func:`question_chars`); ``echo`` (what :func:`answers.echo.echo_matrix` reads of it)."""
+
+    text: str
+    tokens: tuple[str, ...]
+    token_set: frozenset
+    chars: frozenset
+    echo: EchoQuery
+
+    @classmethod
+    def of(cls, text: str, tokenize: Callable[[list[str]], list[list[str]]]) -> "Question":
+        """The question ``text`` (already checked: :func:`answers.answer.check_question`) segmented by
+        ``tokenize``, the index's segmenter (the one call per question on the answer side)."""
+        tokens = tuple(tokenize([text])[0])
+        return cls(text, tokens, frozenset(tokens), frozenset(question_chars(text)), EchoQuery.of(text))
+
+
+@dataclass(frozen=True)
+class DocCandidates:
+    """One candidate document of one question (SPEC §9), built once with all its fields: ``doc_id``; ``hits``
+    (its chunks among the search's top ``search_k``: the search's dicts with ``rank``, their place in that
+    list, added), ``first_hit`` (the rank of its best chunk) and ``extra`` (added after the retrieved documents,
+    with no hits: training's gold document); ``meta`` (title, url, source, …); ``entry``, its question-free
+    part (:class:`~answers.doc_cache.DocumentEntry`: text, sentences, tokens, code points, normalised text);
+    the question's ``bm`` (BM25, (n_sentences,) float32) and ``dense`` (cosine, (n_sentences,) float64, NaN
+    where not computed) per sentence; and the candidate ``spans`` scored for it with ``static``
+    ((n_spans, |STATIC|) float64) their question-free features (:func:`static_span_features`)."""
+
+    doc_id: str
+    hits: list[dict]
+    first_hit: int
+    extra: bool
+    meta: dict
+    entry: "answers.doc_cache.DocumentEntry"  # by name only: doc_cache imports this module
+    bm: np.ndarray
+    dense: np.ndarray
+    spans: list[Span]
+    static: np.ndarray
+
+    @property
+    def text(self) -> str:
+        """The cleaned document text (the spans' and hits' offsets point into it)."""
+        return self.entry.text
+
+    @property
+    def sentences(self) -> list[tuple[int, int]]:
+        """(start, end) offsets of the sentences ``bm`` and ``dense`` score (a long document: those near its
+        hits)."""
+        return self.entry.sentences
+
+
 @dataclass
 class Prepared:
-    """One question's candidates: ``docs`` (one dict per retrieved document, best first, with ``text``,
-    ``meta``, ``hits``, ``sentences`` offsets and ``spans``), and the matrices ``doc_x`` (n_docs, |DOC_FEATURES|)
-    and ``span_x`` (n_spans, |SPAN_FEATURES|) with ``span_doc`` (n_spans,) the document index of each span."""
+    """One question's candidates: ``docs`` (:class:`DocCandidates`, best first), and the matrices ``doc_x``
+    (n_docs, |DOC_FEATURES|) and ``span_x`` (n_spans, |SPAN_FEATURES|) with ``span_doc`` (n_spans,) the
+    document index of each span and ``spans`` (n_spans,) the spans themselves (those of ``docs`` in order)."""
 
     question: str
-    docs: list[dict]
+    docs: list[DocCandidates]
     doc_x: np.ndarray
     span_x: np.ndarray
     span_doc: np.ndarray
     spans: list[Span] = field(default_factory=list)
+
+
+def by_name(columns: dict, names: tuple[str, ...], rows: int, dtype=np.float32) -> np.ndarray:
+    """(rows, len(names)) ``dtype``: ``columns`` (name → a value per row, or one value for all) stacked in
+    the order of ``names``, so a feature's column is where its declared name says.
+
+    Raises:
+        ValueError: the columns' names are not exactly ``names`` (one missing, one extra).
+    """
+    if columns.keys() != set(names) or len(set(names)) != len(names):
+        raise ValueError(f"feature columns differ from the declared names: missing {sorted(set(names) - columns.keys())},"
+                         f" undeclared {sorted(columns.keys() - set(names))}")
+    out = np.empty((rows, len(names)), dtype=dtype)
+    for c, name in enumerate(names):
+        out[:, c] = columns[name]
+    return out
 
 
 def _cover(q: set[str], toks: set[str]) -> float:
@@ -72,44 +144,24 @@ def _rel(v: np.ndarray, best: float) -> np.ndarray:
     return v / best if best > 0 else np.zeros_like(v)
 
 
-def sentence_bm25(q_tokens: list[str], sent_counts: list[dict], sent_lens: np.ndarray, k1: float = 1.5,
-                  b: float = 0.75) -> np.ndarray:
-    """BM25, Lucene variant (Robertson & Zaragoza 2009; idf = ln(1 + (N − df + 0.5)/(df + 0.5)), tf part
-    tf/(tf + k1·(1 − b + b·len/avg len))), of the question against each sentence, IDF over these sentences;
-    ``sent_counts``: a token → count dict per sentence, ``sent_lens`` (n,) their token counts (an empty
-    sentence counts as one token, as ``bm25s`` indexes it); each question token counts as often as it occurs
-    (``bm25s.BM25(method="lucene").get_scores`` scores the same, float32, to rounding). (n_sentences,) float32,
-    zeros when nothing matches."""
-    n = len(sent_counts)
-    out = np.zeros(n, dtype=np.float64)
-    if not n:
-        return out.astype(np.float32)
-    lens = np.maximum(np.asarray(sent_lens, dtype=np.float64), 1.0)
-    norm = k1 * ((1 - b) + b * lens / lens.mean())
-    for t in q_tokens:
-        if not t:
-            continue
-        tf = np.fromiter((c.get(t, 0) for c in sent_counts), dtype=np.float64, count=n)
-        df = np.count_nonzero(tf)
-        if df:
-            out += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (norm + tf)
-    return out.astype(np.float32)
-
-
-def doc_features(docs: list[dict], q_tok: set[str], title_tok: list[set[str]], best_bm25: np.ndarray) -> np.ndarray:
-    """(n_docs, |DOC_FEATURES|) for the grouped hits ``docs`` (see :class:`Prepared`)."""
-    fused = np.array([max((h["score"] for h in d["hits"]), default=0.0) for d in docs], dtype=float)
-    dense = np.array([max(((h["dense_score"] or 0.0) for h in d["hits"]), default=0.0) for d in docs], dtype=float)
-    sparse = np.array([max(((h["sparse_score"] or 0.0) for h in d["hits"]), default=0.0) for d in docs], dtype=float)
-    rows = []
-    for g, d in enumerate(docs):
-        s_rank = min(((h["sparse_rank"] or 101) for h in d["hits"]), default=101)
-        rows.append([math.log1p(g), float(g == 0), math.log1p(d["first_hit"]), len(d["hits"]),
-                     _rel(fused[g:g + 1], fused.max())[0], dense[g] - dense.max(), dense[g],
-                     _rel(sparse[g:g + 1], sparse.max())[0], math.log1p(s_rank), _cover(q_tok, title_tok[g]),
-                     _cover(q_tok, d["all_tokens"]), _rel(best_bm25[g:g + 1], best_bm25.max())[0],
-                     math.log1p(len(d["sentences"]))])
-    return np.asarray(rows, dtype=np.float32).reshape(len(docs), len(DOC_FEATURES))
+def doc_features(docs: list[DocCandidates], q: Question, best_bm25: np.ndarray) -> np.ndarray:
+    """(n_docs, |DOC_FEATURES|) float32 for the candidate documents ``docs`` (best first), ``best_bm25``
+    (n_docs,) each one's best sentence BM25."""
+    if not docs:
+        return np.zeros((0, len(DOC_FEATURES)), dtype=np.float32)
+    fused = np.array([max((h["score"] for h in d.hits), default=0.0) for d in docs], dtype=float)
+    dense = np.array([max(((h["dense_score"] or 0.0) for h in d.hits), default=0.0) for d in docs], dtype=float)
+    sparse = np.array([max(((h["sparse_score"] or 0.0) for h in d.hits), default=0.0) for d in docs], dtype=float)
+    s_rank = [min(((h["sparse_rank"] or 101) for h in d.hits), default=101) for d in docs]
+    return by_name({"doc_rank_log": [math.log1p(g) for g in range(len(docs))],
+                    "doc_top": [float(g == 0) for g in range(len(docs))],
+                    "first_hit_log": [math.log1p(d.first_hit) for d in docs], "n_hits": [len(d.hits) for d in docs],
+                    "fused_rel": _rel(fused, fused.max()), "dense_rel": dense - dense.max(), "dense_raw": dense,
+                    "sparse_rel": _rel(sparse, sparse.max()), "sparse_rank_log": [math.log1p(r) for r in s_rank],
+                    "title_cover": [_cover(q.token_set, d.entry.title_tokens) for d in docs],
+                    "doc_cover": [_cover(q.token_set, d.entry.all_tokens) for d in docs],
+                    "best_bm25_rel": _rel(best_bm25, best_bm25.max()),
+                    "n_sent_log": [math.log1p(len(d.sentences)) for d in docs]}, DOC_FEATURES, len(docs))
 
 
 def _cues(question: str) -> tuple[bool, bool, bool, bool]:
@@ -126,21 +178,26 @@ STATIC = ("first", "last", "start", "end", "pos_rel", "pos_first", "pos_log", "l
 def static_span_features(text: str, sents: list[tuple[int, int]], spans: list[Span], title: str) -> np.ndarray:
     """(n_spans, |STATIC|) float64: what of each span does not depend on the question (its place, length,
     kind, punctuation, the cue patterns it holds), computed once per document (:mod:`answers.doc_cache`)."""
-    n = len(sents)
-    rows = []
-    for sp in spans:
-        i, j, t = sp.first, sp.last, text[sp.start:sp.end]
-        pre, post = text[sents[i][0]:sp.start], text[sp.end:sents[j][1]]
-        rows.append([i, j, sp.start, sp.end, i / max(n - 1, 1), float(i == 0), math.log1p(i), len(t), math.log1p(len(t)),
-                     float(sp.kind == "sentence"), float(sp.kind == "window" and j - i == 1),
-                     float(sp.kind == "window" and j - i >= 2), float(sp.kind == "clause"),
-                     float(text[max(sp.start - 1, 0):sp.start] in ("：", ":") or (i > 0 and text[sents[i - 1][1] - 1] in "：:")),
-                     float(bool(_DIGIT.search(t))), float(bool(_DATE.search(t))), float(bool(_PLACE.search(t))),
-                     float(bool(_ENUM.match(t))), float(bool(title) and title[:12] in t), float(sp.kind == "run"),
-                     float(not pre.strip()), float(not post.strip(" 。！？；;!?\u3000\n")),
-                     math.log1p(len(_CLAUSE_MARK.findall(t))), float(sp.kind == "entity"), float(sp.kind == "gap"),
-                     len(set(t))])
-    return np.asarray(rows, dtype=np.float64).reshape(len(spans), len(STATIC))
+    rows = [_static_row(text, sents, sp, title) for sp in spans]
+    return by_name({k: [r[k] for r in rows] for k in (rows[0] if rows else STATIC)}, STATIC, len(spans), np.float64)
+
+
+def _static_row(text: str, sents: list[tuple[int, int]], sp: Span, title: str) -> dict:
+    """The :data:`STATIC` features of one span, by name."""
+    n, i, j, t = len(sents), sp.first, sp.last, text[sp.start:sp.end]
+    pre, post = text[sents[i][0]:sp.start], text[sp.end:sents[j][1]]
+    return {"first": i, "last": j, "start": sp.start, "end": sp.end, "pos_rel": i / max(n - 1, 1),
+            "pos_first": float(i == 0), "pos_log": math.log1p(i), "len": len(t), "len_log": math.log1p(len(t)),
+            "kind_sentence": float(sp.kind == "sentence"), "kind_window2": float(sp.kind == "window" and j - i == 1),
+            "kind_window3": float(sp.kind == "window" and j - i >= 2), "kind_clause": float(sp.kind == "clause"),
+            "after_colon": float(text[max(sp.start - 1, 0):sp.start] in ("：", ":")
+                                 or (i > 0 and text[sents[i - 1][1] - 1] in "：:")),
+            "digit": float(bool(_DIGIT.search(t))), "date": float(bool(_DATE.search(t))),
+            "place": float(bool(_PLACE.search(t))), "enum_start": float(bool(_ENUM.match(t))),
+            "title_in_span": float(bool(title) and title[:12] in t), "kind_run": float(sp.kind == "run"),
+            "starts_sentence": float(not pre.strip()), "ends_sentence": float(not post.strip(" 。！？；;!?\u3000\n")),
+            "clauses_log": math.log1p(len(_CLAUSE_MARK.findall(t))), "kind_entity": float(sp.kind == "entity"),
+            "kind_gap": float(sp.kind == "gap"), "distinct_chars": len(set(t))}
 
 
 def _presence(codes: np.ndarray, chars: list[str], a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -160,100 +217,155 @@ def _ranks(score: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _sentence_arrays(d: dict, best_all: float, qt: list[str]) -> dict:
+def _sentence_arrays(d: DocCandidates, best_all: float, qt: list[str]) -> dict:
     """Per-sentence arrays of one document for :func:`span_matrix`: BM25 relative to the document's best and
     to the best of all, rank within the document, cosine minus the document's best (NaN where not computed)
     and its rank, and which question tokens each sentence holds."""
-    n = len(d["sentences"])
-    bm = np.asarray(d["bm"], dtype=np.float32)
+    n = len(d.sentences)
+    bm = np.asarray(d.bm, dtype=np.float32)
     best = float(bm.max()) if n else 0.0
-    dense = np.asarray(d["dense"], dtype=np.float64)
+    dense = np.asarray(d.dense, dtype=np.float64)
     have = ~np.isnan(dense)
     drank = np.full(n, n, dtype=int)
     drank[have] = _ranks(dense[have])
     return {"rel": (bm / best) if best > 0 else np.zeros(n, dtype=np.float32),
             "rel_all": (bm / best_all) if best_all > 0 else np.zeros(n, dtype=np.float32), "rank": _ranks(bm),
             "dense": dense - (float(dense[have].max()) if have.any() else 0.0), "drank": drank,
-            "tok": np.array([[t in st for t in qt] for st in d["sent_tokens"]], dtype=np.int32).reshape(n, len(qt)),
-            "sa": np.array([a for a, _ in d["sentences"]], dtype=int).reshape(n),
-            "se": np.array([e for _, e in d["sentences"]], dtype=int).reshape(n)}
+            "tok": np.array([[t in st for t in qt] for st in d.entry.sent_tokens], dtype=np.int32).reshape(n, len(qt)),
+            "sa": np.array([a for a, _ in d.sentences], dtype=int).reshape(n),
+            "se": np.array([e for _, e in d.sentences], dtype=int).reshape(n)}
 
 
-def span_matrix(question: str, docs: list[dict], statics: list[np.ndarray], best_all: float, q_tok: set[str],
-                q_chars: set[str], n_hits_total: int) -> np.ndarray:
-    """(n_spans, |SPAN_FEATURES|) float32 for the spans of ``docs`` in order, each document's question-free
-    part in ``statics`` (rows of :func:`static_span_features`); a document holds ``text``, ``codes`` (its code
-    points), ``norm`` and ``norm_at`` (its :func:`answers.echo.normalized` form), ``sentences``, ``sent_tokens``
-    (token sets), ``hits`` and the question's ``bm`` (BM25) and ``dense`` (cosine, NaN where not computed) per
-    sentence. Vectorised over the spans of all documents at
-    once: sentence indices and text offsets are shifted onto the documents laid end to end, so nothing reads
-    across a document's edge (a span's "sentence before" exists only inside its document)."""
-    qt, qc = sorted(q_tok), sorted(q_chars)
-    per = [_sentence_arrays(d, best_all, qt) for d in docs]
-    n_sent = np.array([len(d["sentences"]) for d in docs], dtype=int)
-    sb = np.concatenate([[0], np.cumsum(n_sent)])
-    tb = np.concatenate([[0], np.cumsum([len(d["codes"]) for d in docs])])
-    static = np.vstack(statics) if statics else np.zeros((0, len(STATIC)))
-    doc_of = np.repeat(np.arange(len(docs)), [len(x) for x in statics])
-    S = {k: static[:, c] for c, k in enumerate(STATIC)}
-    N = int(sb[-1])
-    cat = {k: np.concatenate([p[k] for p in per]) if per else np.zeros((0, len(qt)) if k == "tok" else 0)
-           for k in ("rel", "rel_all", "rank", "dense", "drank", "tok", "sa", "se")}
-    sa, se = cat["sa"] + np.repeat(tb[:-1], n_sent), cat["se"] + np.repeat(tb[:-1], n_sent)
-    li, lj = S["first"].astype(int), S["last"].astype(int)
-    i, j = li + sb[doc_of], lj + sb[doc_of]
-    start, end = S["start"].astype(int) + tb[doc_of], S["end"].astype(int) + tb[doc_of]
-    first = li == 0
-    rel = cat["rel"]
+# the question-free span features that enter the span matrix as they are
+_AS_IS = ("pos_rel", "pos_first", "pos_log", "len_log", "kind_sentence", "kind_window2", "kind_window3", "kind_clause",
+          "after_colon", "enum_start", "title_in_span", "kind_run", "starts_sentence", "ends_sentence", "clauses_log",
+          "kind_entity", "kind_gap")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The spans of several documents laid end to end (:func:`span_matrix`): ``S`` their :data:`STATIC` columns
+    by name, ``doc_of`` (n_spans,) their document; per sentence of all documents in order ``cat`` (the arrays of
+    :func:`_sentence_arrays` concatenated; ``sa``/``se`` shifted onto the joined texts) and ``last_in_doc``;
+    per span ``i``/``j`` (its first and last sentence in that order), ``first`` (it opens its document) and
+    ``start``/``end`` (offsets into the joined texts, ``tb`` (n_docs + 1,) where each text starts)."""
+
+    S: dict
+    doc_of: np.ndarray
+    cat: dict
+    last_in_doc: np.ndarray
+    i: np.ndarray
+    j: np.ndarray
+    first: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    tb: np.ndarray
+
+    @classmethod
+    def of(cls, docs: list[DocCandidates], best_all: float, qt: list[str]) -> "_Layout":
+        per = [_sentence_arrays(d, best_all, qt) for d in docs]
+        n_sent = np.array([len(d.sentences) for d in docs], dtype=int)
+        sb = np.concatenate([[0], np.cumsum(n_sent)])
+        tb = np.concatenate([[0], np.cumsum([len(d.entry.codes) for d in docs])])
+        static = np.vstack([d.static for d in docs]) if docs else np.zeros((0, len(STATIC)))
+        doc_of = np.repeat(np.arange(len(docs)), [len(d.static) for d in docs])
+        S = {k: static[:, c] for c, k in enumerate(STATIC)}
+        cat = {k: np.concatenate([p[k] for p in per]) if per else np.zeros((0, len(qt)) if k == "tok" else 0)
+               for k in ("rel", "rel_all", "rank", "dense", "drank", "tok", "sa", "se")}
+        cat["sa"], cat["se"] = cat["sa"] + np.repeat(tb[:-1], n_sent), cat["se"] + np.repeat(tb[:-1], n_sent)
+        li, lj = S["first"].astype(int), S["last"].astype(int)
+        return cls(S, doc_of, cat, lj + 1 >= n_sent[doc_of], li + sb[doc_of], lj + sb[doc_of], li == 0,
+                   S["start"].astype(int) + tb[doc_of], S["end"].astype(int) + tb[doc_of], tb)
+
+
+def span_matrix(q: Question, docs: list[DocCandidates], best_all: float, n_hits_total: int) -> np.ndarray:
+    """(n_spans, |SPAN_FEATURES|) float32 for the spans of ``docs`` in order (:class:`DocCandidates`: each
+    document's ``static`` rows, the question's ``bm`` and ``dense`` per sentence, its ``hits``, and of its entry
+    the sentences, their token sets, the code points and the normalised text); ``best_all``: the best sentence
+    BM25 of all the question's documents; ``n_hits_total``: the chunks searched (a span in none of them reads
+    the rank after the last). Vectorised over the spans of all documents at once (:class:`_Layout`): sentence
+    indices and text offsets are shifted onto the documents laid end to end, so nothing reads across a
+    document's edge (a span's "sentence before" exists only inside its document)."""
+    L = _Layout.of(docs, best_all, sorted(q.token_set))
+    S = L.S
+    num_q, date_q, place_q, how_q = _cues(q.text)
+    return by_name({**_bm25_columns(L), **_dense_columns(L), **_token_columns(L, len(q.token_set)),
+                    **_char_columns(L, docs, sorted(q.chars)), **_chunk_columns(L, docs, n_hits_total),
+                    **{k: S[k] for k in _AS_IS}, "num_cue": num_q * S["digit"], "date_cue": date_q * S["date"],
+                    "place_cue": place_q * S["place"], "how_len": float(how_q) * S["len_log"],
+                    "len_vs_question": np.log((S["len"] + 1) / (len(q.text) + 1)), **_echo_columns(q, docs, L)},
+                   SPAN_FEATURES, len(L.i))
+
+
+def _bm25_columns(L: _Layout) -> dict:
+    """BM25 of the span's first sentence, its best, the sentences before and after it (relative to the
+    document's best; 0 where there is none), its rank in the document and relative to the best of all."""
+    i, j, rel, rank = L.i, L.j, L.cat["rel"], L.cat["rank"]
+    N = len(rel)
     relx = np.append(rel, np.float32(0.0))  # index N reads 0: no sentence before / after in the document
-    prev = np.where(first, N, i - 1)
-    nxt = np.where(lj + 1 < n_sent[doc_of], j + 1, N)
-    bm_max = np.maximum.reduce([rel[i], rel[np.minimum(i + 1, j)], rel[j]])
-    dense, m = cat["dense"], len(i)
-    dense_first = np.where(np.isnan(dense[i]), -1.0, dense[i])
-    dprev = dense[np.where(first, i, i - 1)]
-    dense_prev = np.where(first | np.isnan(dprev), -1.0, dprev)
-    # question tokens per sentence, OR-ed over each span's sentences (and the one before)
-    ctok = np.vstack([np.zeros((1, len(qt)), dtype=np.int32), np.cumsum(cat["tok"], axis=0)])
-    nq_tok = len(qt) or 1
-    cover = ((ctok[j + 1] - ctok[i]) > 0).sum(1) / nq_tok if qt else np.zeros(m)
-    cover_ctx = ((ctok[j + 1] - ctok[np.where(first, i, i - 1)]) > 0).sum(1) / nq_tok if qt else np.zeros(m)
-    # question chars in the span, the sentence before, and the parts of its sentences left out of it
+    return {"bm25_first": rel[i], "bm25_max": np.maximum.reduce([rel[i], rel[np.minimum(i + 1, j)], rel[j]]),
+            "bm25_prev": relx[np.where(L.first, N, i - 1)], "bm25_next": relx[np.where(L.last_in_doc, N, j + 1)],
+            "bm25_rank_log": np.log1p(rank[i]), "bm25_all_rel": L.cat["rel_all"][i], "top_in_doc": rank[i] == 0}
+
+
+def _dense_columns(L: _Layout) -> dict:
+    """Cosine of the span's first sentence and of the one before (minus the document's best; -1 where not
+    computed or none) and the first sentence's cosine rank."""
+    i, dense = L.i, L.cat["dense"]
+    dprev = dense[np.where(L.first, i, i - 1)]
+    return {"dense_first": np.where(np.isnan(dense[i]), -1.0, dense[i]),
+            "dense_prev": np.where(L.first | np.isnan(dprev), -1.0, dprev),
+            "dense_rank_log": np.log1p(L.cat["drank"][i])}
+
+
+def _token_columns(L: _Layout, n_tokens: int) -> dict:
+    """The share of the question's distinct tokens the span's sentences hold (and with the sentence before):
+    the tokens per sentence OR-ed over each span's sentences by prefix sums."""
+    i, j, m = L.i, L.j, len(L.i)
+    ctok = np.vstack([np.zeros((1, n_tokens), dtype=np.int32), np.cumsum(L.cat["tok"], axis=0)])
+    nq_tok = n_tokens or 1
+    return {"cover": ((ctok[j + 1] - ctok[i]) > 0).sum(1) / nq_tok if n_tokens else np.zeros(m),
+            "cover_ctx": ((ctok[j + 1] - ctok[np.where(L.first, i, i - 1)]) > 0).sum(1) / nq_tok if n_tokens
+            else np.zeros(m)}
+
+
+def _char_columns(L: _Layout, docs: list[DocCandidates], qc: list[str]) -> dict:
+    """The question's content characters ``qc`` in the span, with the sentence before, and in the parts of its
+    sentences left out of it (before, after); the share of the span's distinct characters new to them."""
+    i, j, m, sa, se = L.i, L.j, len(L.i), L.cat["sa"], L.cat["se"]
     nq = len(qc) or 1
-    codes = np.concatenate([d["codes"] for d in docs]) if docs else np.zeros(0, dtype=np.uint32)
-    pa, pb = np.where(first, 0, sa[i - 1]), np.where(first, 0, se[i - 1])
-    pres = _presence(codes, qc, np.concatenate([start, pa, sa[i], end]), np.concatenate([end, pb, start, se[j]]))
+    codes = np.concatenate([d.entry.codes for d in docs]) if docs else np.zeros(0, dtype=np.uint32)
+    pa, pb = np.where(L.first, 0, sa[i - 1]), np.where(L.first, 0, se[i - 1])
+    pres = _presence(codes, qc, np.concatenate([L.start, pa, sa[i], L.end]), np.concatenate([L.end, pb, L.start, se[j]]))
     in_span, in_prev, in_pre, in_post = pres[:, :m], pres[:, m:2 * m], pres[:, 2 * m:3 * m], pres[:, 3 * m:]
-    got = in_span.sum(0)
-    char_cover = got / len(qc) if qc else np.zeros(m)
-    char_ctx = (in_span | in_prev).sum(0) / len(qc) if qc else np.zeros(m)
-    distinct = S["distinct_chars"]
-    new_share = np.where(distinct > 0, (distinct - got) / np.maximum(distinct, 1), 0.0)
-    rank_c = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    got, distinct = in_span.sum(0), L.S["distinct_chars"]
+    return {"char_cover": got / len(qc) if qc else np.zeros(m),
+            "char_cover_ctx": (in_span | in_prev).sum(0) / len(qc) if qc else np.zeros(m),
+            "pre_char_cover": in_pre.sum(0) / nq, "post_char_cover": in_post.sum(0) / nq,
+            "new_char_share": np.where(distinct > 0, (distinct - got) / np.maximum(distinct, 1), 0.0)}
+
+
+def _chunk_columns(L: _Layout, docs: list[DocCandidates], n_hits_total: int) -> dict:
+    """Whether a retrieved chunk holds the span's start, and the log of the best such chunk's rank (of
+    ``n_hits_total + 1`` where none does)."""
+    none = np.iinfo(np.int64).max
+    rank_c = np.full(len(L.i), none, dtype=np.int64)
     for g, d in enumerate(docs):
-        for h in d["hits"]:
-            inside = (start >= h["start"] + tb[g]) & (start < h["end"] + tb[g])
+        for h in d.hits:
+            inside = (L.start >= h["start"] + L.tb[g]) & (L.start < h["end"] + L.tb[g])
             rank_c = np.where(inside, np.minimum(rank_c, h["rank"]), rank_c)
-    in_chunk = rank_c != np.iinfo(np.int64).max
-    rank = cat["rank"]
-    num_q, date_q, place_q, how_q = _cues(question)
-    cols = [rel[i], bm_max, relx[prev], relx[nxt], np.log1p(rank[i]), cat["rel_all"][i], rank[i] == 0, cover,
-            cover_ctx, char_cover, char_ctx, dense_first, dense_prev, np.log1p(cat["drank"][i]), S["pos_rel"],
-            S["pos_first"], S["pos_log"], S["len_log"], S["kind_sentence"], S["kind_window2"], S["kind_window3"],
-            S["kind_clause"], in_chunk, np.log1p(np.where(in_chunk, rank_c, n_hits_total + 1)), S["after_colon"],
-            num_q * S["digit"], date_q * S["date"], place_q * S["place"], float(how_q) * S["len_log"],
-            S["enum_start"], S["title_in_span"], S["kind_run"], in_pre.sum(0) / nq, in_post.sum(0) / nq, new_share,
-            S["starts_sentence"], S["ends_sentence"], S["clauses_log"],
-            np.log((S["len"] + 1) / (len(question) + 1)), S["kind_entity"], S["kind_gap"]]
-    out = np.empty((m, len(cols) + len(ECHO_FEATURES)), dtype=np.float32)
-    for c, col in enumerate(cols):
-        out[:, c] = col
-    eq = EchoQuery.of(question)
+    in_chunk = rank_c != none
+    return {"in_chunk": in_chunk, "chunk_rank_log": np.log1p(np.where(in_chunk, rank_c, n_hits_total + 1))}
+
+
+def _echo_columns(q: Question, docs: list[DocCandidates], L: _Layout) -> dict:
+    """The question's echo beside and at the edges of each span (:func:`answers.echo.echo_matrix`), by name."""
+    echo = np.zeros((len(L.i), len(ECHO_FEATURES)), dtype=np.float32)
     for g, d in enumerate(docs):
-        rows = doc_of == g
-        out[rows, len(cols):] = echo_matrix(eq, d["norm"], d["norm_at"], S["start"][rows].astype(np.int64),
-                                            S["end"][rows].astype(np.int64))
-    return out
+        rows = L.doc_of == g
+        echo[rows] = echo_matrix(q.echo, d.entry.norm, d.entry.norm_at, L.S["start"][rows].astype(np.int64),
+                                 L.S["end"][rows].astype(np.int64))
+    return {name: echo[:, k] for k, name in enumerate(ECHO_FEATURES)}
 
 
 def question_chars(question: str) -> set[str]:

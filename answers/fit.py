@@ -37,12 +37,12 @@ def span_target(prep, g: int, row) -> np.ndarray:
     d = prep.docs[g]
     idx = np.flatnonzero(prep.span_doc == g)
     out = np.zeros(len(idx))
-    if d["doc_id"] != row.doc_id or row.gold_start < 0:
+    if d.doc_id != row.doc_id or row.gold_start < 0:
         return out
     for k, i in enumerate(idx):
         sp = prep.spans[i]
         if overlaps(sp.start, sp.end, row.gold_start, row.gold_end):
-            out[k] = char_f1(d["text"][sp.start:sp.end], row.answer)
+            out[k] = char_f1(d.text[sp.start:sp.end], row.answer)
     return out
 
 
@@ -109,10 +109,10 @@ def _fit_models(examples: list[tuple], model: str, c: float, grades: int):
     dx, dy, sx, sy = [], [], [], []
     for row, prep in examples:
         for g, d in enumerate(prep.docs):
-            if not d.get("extra"):
+            if not d.extra:
                 dx.append(prep.doc_x[g])
-                dy.append(float(d["doc_id"] == row.doc_id))
-            if d["doc_id"] == row.doc_id and row.gold_start >= 0:
+                dy.append(float(d.doc_id == row.doc_id))
+            if d.doc_id == row.doc_id and row.gold_start >= 0:
                 order = _text_order(prep, g)
                 sx.append(prep.span_x[prep.span_doc == g][order])
                 sy.append(span_target(prep, g, row)[order])

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-SCORER_FILE = "answers/scorer.json"
 FORMAT = 2
 
 
@@ -301,10 +300,14 @@ class AnswerScorer:
         """Parse :meth:`to_json` output.
 
         Raises:
-            ValueError: not a scorer of this format, fields missing, or a LightGBM text that does not score as
-                its trees do.
+            ValueError: not a scorer of this format (also: JSON nested too deep for the parser), fields
+                missing, or a LightGBM text that does not score as its trees do.
         """
-        d = json.loads(text)
+        try:
+            d = json.loads(text)
+        except RecursionError:
+            raise ValueError("answer scorer file is nested too deep to be a scorer (not JSON this reader "
+                             "takes)") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"not an answer scorer of format {FORMAT}")
         try:
@@ -326,40 +329,28 @@ class AnswerScorer:
         return atomic_write_text(path, self.to_json())
 
 
-def default_cache() -> Path:
-    """``$POLICYBERT_ANSWER_SCORER`` if set, else ``~/.cache/policybert/answer-scorer.json``."""
-    env = os.environ.get("POLICYBERT_ANSWER_SCORER")
-    return Path(env) if env else Path.home() / ".cache" / "policybert" / "answer-scorer.json"
-
-
-def find_scorer(data_dir: str | os.PathLike, explicit: str | os.PathLike | None = None) -> Path:
-    """Where the scorer is: ``explicit``, else ``DATA/answers/scorer.json``, else :func:`default_cache`.
+def parse_scorer(text: str, where: str = "answer scorer") -> AnswerScorer:
+    """The scorer in ``text`` (:meth:`AnswerScorer.from_json`), checked against this code's features
+    (:func:`check_features`).
 
     Raises:
-        ScorerMissingError: none of these exists.
+        ValueError: naming ``where``: not a scorer, or one fitted on other features (fit it again).
     """
-    cands = [Path(explicit)] if explicit else [Path(data_dir) / SCORER_FILE, default_cache()]
-    for p in cands:
-        if p.is_file():
-            return p
-    raise ScorerMissingError(
-        "no answer scorer found (looked in " + ", ".join(map(str, cands)) + "); fit one from the shared NCPQA "
-        "answer spans: python -m flows.answer_eval --data-dir DATA_NCPQA --install "
-        "(see README, 'Answers with sources')")
-
-
-def load_scorer(data_dir: str | os.PathLike, explicit: str | os.PathLike | None = None) -> AnswerScorer:
-    """The scorer found by :func:`find_scorer`.
-
-    Raises:
-        ScorerMissingError: none found. ValueError: the file is not a scorer, or one fitted on other features
-            (:func:`check_features`).
-    """
-    p = find_scorer(data_dir, explicit)
     try:
-        return check_features(AnswerScorer.from_json(p.read_text(encoding="utf-8")))
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{p} is not a readable answer scorer ({exc}): fit it again") from exc
+        return check_features(AnswerScorer.from_json(text))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{where} is not a readable answer scorer of this code ({str(exc)[:200]}): fit it again") from None
+
+
+def provenance(encoder_model_id: str | None, segmenter: str | None, fitted_on: str) -> dict:
+    """What a scorer's figures depend on, stored as ``info.provenance`` and checked when an index version
+    installs it (:func:`retrieval.parts.install_part`): the pinned encoder's content id and the BM25
+    segmenter (``backend:model_id``) of the index it was fitted over, the feature names, and what it was
+    fitted on (a free text: data set, questions)."""
+    from answers.features import DOC_FEATURES, SPAN_FEATURES
+
+    return {"encoder_model_id": encoder_model_id, "segmenter": segmenter, "fitted_on": fitted_on,
+            "doc_features": list(DOC_FEATURES), "span_features": list(SPAN_FEATURES)}
 
 
 def check_features(scorer: AnswerScorer) -> AnswerScorer:

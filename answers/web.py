@@ -6,15 +6,60 @@ JSON of :meth:`answers.answer.Answerer.answer`. The answer is shown highlighted 
 link, then the other documents' answers; the footer names the index version and the encoder. A bad question,
 ``k`` or body is an HTTP 400 page saying what is wrong; the server keeps serving. Every request reads
 ``index/CURRENT`` once (through the answerer), and nothing is written to the data dir.
+
+Hostile input (:class:`Limits`): a source link is an ``<a href>`` only for an absolute http(s) URL
+(:func:`crawler.csv_import.http_url`; a ``javascript:`` or ``data:`` address is shown as plain text); every
+response carries a Content-Security-Policy that allows the page's inline styles and its form and nothing else
+(no script runs even if markup got through), ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
+no-referrer``. A form body is read incrementally up to ``max_body_bytes`` (more, announced or sent: 413),
+within ``body_timeout_s`` (a body that trickles in: 408), and only as ``identity`` (any ``Content-Encoding``
+else: 415); at most ``max_answering`` questions are answered at once (a request waits up to ``queue_wait_s``
+for a slot, then 503). An internal error is a generic 500 page (503 while no index is published): the detail,
+which names files of the data dir, goes to the server's log only.
 """
 from __future__ import annotations
 
+import asyncio
 import html
+import logging
+import secrets
+import threading
+from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from fastapi import Request
 
 from answers.answer import AnswerInputError
+from crawler.csv_import import http_url
+from crawler.textsafe import strip_controls
+
+log = logging.getLogger(__name__)
+
+# what the page needs: its <style> element and style attributes, and its form posting to /ask; nothing else
+CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; "
+                           "frame-ancestors 'none'")
+SECURITY_HEADERS = {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of the serving surface: ``max_body_bytes`` of a form body, ``body_timeout_s`` to receive it,
+    ``max_answering`` questions answered at once, ``queue_wait_s`` a request waits for a free slot."""
+
+    max_body_bytes: int = 64 * 1024
+    body_timeout_s: float = 10.0
+    max_answering: int = 4
+    queue_wait_s: float = 10.0
+
+
+class BodyError(Exception):
+    """A request body refused before it is parsed: ``status`` (408, 413, 415, 400) and what is wrong."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
 
 PAGE = """<!doctype html><html lang="zh"><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:"WenQuanYi Zen Hei",sans-serif;max-width:60rem;margin:1.5rem auto;padding:0 1rem;color:#222}}
@@ -30,8 +75,17 @@ li{{margin:.4rem 0}}</style></head><body>
 
 
 def _source(a: dict) -> str:
+    """The source line of an answer: its title linked to its URL when that is an absolute http(s) address
+    (anything else, ``javascript:`` first, is shown as escaped text beside the title, never as a link)."""
     title = html.escape(a.get("title") or a["doc_id"])
-    link = f'<a class="source" href="{html.escape(a["url"])}">{title}</a>' if a.get("url") else f'<span class="source">{title}</span>'
+    url = http_url(a.get("url"))
+    if url:
+        link = f'<a class="source" href="{html.escape(url, quote=True)}" rel="noopener noreferrer">{title}</a>'
+    elif a.get("url"):
+        shown = strip_controls(str(a["url"]), one_line=True)
+        link = f'<span class="source">{title}</span> <span class="url">{html.escape(shown)}</span>'
+    else:
+        link = f'<span class="source">{title}</span>'
     meta = " · ".join(html.escape(str(x)) for x in (a.get("source"), a.get("pubtime")) if x)
     return f"{link} <span class=\"meta\">{meta} · 第 {a['start']}–{a['end']} 字</span>"
 
@@ -89,53 +143,166 @@ def parse_k(text) -> int:
         raise AnswerInputError(f"k must be an integer, got {str(text)[:20]!r}") from None
 
 
-def create_app(answerer):
-    """The FastAPI app over an :class:`~answers.answer.Answerer`."""
-    from fastapi import FastAPI
-    from fastapi.responses import HTMLResponse, JSONResponse
-    from starlette.concurrency import run_in_threadpool
+async def read_form_body(request: Request, limits: Limits = Limits()) -> bytes:
+    """The request body, read as it arrives and refused as soon as it is known to be unacceptable.
 
-    app = FastAPI(title="policy answers", docs_url=None, redoc_url=None)
-    max_k = answerer.cfg.max_k
+    Raises:
+        BodyError: 415 a ``Content-Encoding`` other than ``identity``; 413 a ``Content-Length`` or the bytes
+            received over ``limits.max_body_bytes`` (reading stops there); 408 the body not complete within
+            ``limits.body_timeout_s``; 400 a ``Content-Length`` that is not a number.
+    """
+    codings = [c.strip().lower() for v in request.headers.getlist("content-encoding") for c in v.split(",")]
+    if any(c not in ("", "identity") for c in codings):
+        raise BodyError(415, f"Content-Encoding {', '.join(c for c in codings if c)[:40]!r} is not accepted "
+                             "(send the form uncompressed)")
+    declared = (request.headers.get("content-length") or "").strip()
+    if declared:
+        if not (declared.isascii() and declared.isdigit()):
+            raise BodyError(400, "Content-Length is not a number")
+        if len(declared) > 15 or int(declared) > limits.max_body_bytes:
+            raise BodyError(413, f"the request body is over {limits.max_body_bytes} bytes")
 
-    def footer(r: dict | None = None) -> str:
+    async def gather() -> bytes:
+        buf = bytearray()
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > limits.max_body_bytes:
+                raise BodyError(413, f"the request body is over {limits.max_body_bytes} bytes")
+        return bytes(buf)
+
+    try:
+        return await asyncio.wait_for(gather(), limits.body_timeout_s)
+    except asyncio.TimeoutError:
+        raise BodyError(408, f"the request body did not arrive within {limits.body_timeout_s:g} s") from None
+
+
+class _SecurityHeaders:
+    """ASGI middleware: :data:`SECURITY_HEADERS` on every HTTP response (pages, JSON, 404s)."""
+
+    def __init__(self, app):
+        self.app = app
+        self.raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_with_headers(message):
+            if message["type"] == "http.response.start":
+                names = {k for k, _ in message.get("headers", [])}
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  *[(k, v) for k, v in self.raw if k not in names]]}
+            await send(message)
+
+        return await self.app(scope, receive, send_with_headers)
+
+
+class _Pages:
+    """What the routes share: the answerer, its answering slots (``limits.max_answering``) and the pages."""
+
+    busy = "服务繁忙，请稍后再试。"
+
+    def __init__(self, answerer, limits: Limits):
+        self.answerer, self.limits, self.max_k = answerer, limits, answerer.cfg.max_k
+        self.slots = threading.BoundedSemaphore(limits.max_answering)
+
+    def footer(self, r: dict | None = None) -> str:
         if r is None:
             try:
-                be = answerer.backend()
+                be = self.answerer.backend()
                 r = {"version": be.version, "encoder": be.encoder_name}
-            except Exception as exc:  # the page still shows; the footer says why there is no index
-                return html.escape(f"no index: {exc}")
+            except Exception as exc:  # the page still shows; the detail (paths of the data dir) only in the log
+                log.warning("answer page without an index: %s", exc)
+                return "索引暂不可用"
         return f'索引版本 <span id="version">{html.escape(r["version"])}</span> · 编码器 {html.escape(r["encoder"])}'
 
-    def respond(q: str, k_text) -> HTMLResponse:
+    def html(self, body: str, status: int = 200, q: str = "", k: int = 3, footer: str | None = None,
+             headers: dict | None = None):
+        from fastapi.responses import HTMLResponse
+
+        text = page(body, q[:1000] if isinstance(q, str) else "", k, self.footer() if footer is None else footer,
+                    self.max_k)
+        return HTMLResponse(text, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
+
+    def error(self, status: int, message: str, q: str = "", headers: dict | None = None):
+        """An error page (400s name the problem; 500s are generic and carry no footer)."""
+        body = f'<p class="error" id="error">{html.escape(message)}</p>'
+        return self.html(body, status, q, footer=None if status < 500 else "", headers=headers)
+
+    def answer(self, q, k: int) -> dict | None:
+        """``answerer.answer(q, k)`` in one of the answering slots; None when none came free in time."""
+        if not self.slots.acquire(timeout=self.limits.queue_wait_s):
+            return None
+        try:
+            return self.answerer.answer(q, k)
+        finally:
+            self.slots.release()
+
+    def respond(self, q: str, k_text):
+        """The answer page of ``q`` (400 for a bad question or ``k``, 503 when every slot stayed busy)."""
         try:
             k = parse_k(k_text)
-            r = answerer.answer(q, k)
+            r = self.answer(q, k)
         except AnswerInputError as exc:
-            body = f'<p class="error" id="error">输入有误：{html.escape(str(exc))}</p>'
-            return HTMLResponse(page(body, q[:1000] if isinstance(q, str) else "", 3, footer(), max_k), status_code=400)
-        return HTMLResponse(page(render_result(r), r["question"], k, footer(r), max_k))
+            return self.error(400, f"输入有误：{exc}", q)
+        if r is None:
+            return self.error(503, self.busy, q, {"Retry-After": "5"})
+        return self.html(render_result(r), q=r["question"], k=k, footer=self.footer(r))
+
+    def respond_json(self, q: str, k_text):
+        from fastapi.responses import JSONResponse
+
+        try:
+            r = self.answer(q, parse_k(k_text))
+        except AnswerInputError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if r is None:
+            return JSONResponse({"error": "busy: try again later"}, status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse(r)
+
+    async def internal_error(self, request: Request, exc: Exception):
+        """A generic page (or JSON for the API); the detail, which names the data dir's files, is logged."""
+        from fastapi.responses import JSONResponse
+
+        from retrieval.bundle import IndexMissingError
+
+        ref = secrets.token_hex(4)
+        status = 503 if isinstance(exc, IndexMissingError) else 500
+        log.error("request %s %s failed (ref %s)", request.method, request.url.path, ref, exc_info=exc)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": "index not available" if status == 503 else "internal error",
+                                 "ref": ref}, status_code=status, headers=SECURITY_HEADERS)
+        message = "索引暂不可用" if status == 503 else "服务器内部错误"
+        return self.html(f'<p class="error" id="error">{message}（编号 {ref}）。</p>', status, footer="")
+
+
+def create_app(answerer, limits: Limits = Limits()):
+    """The FastAPI app over an :class:`~answers.answer.Answerer`, bounded by ``limits``."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse
+    from starlette.concurrency import run_in_threadpool
+
+    app = FastAPI(title="policy answers", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_SecurityHeaders)
+    pages = _Pages(answerer, limits)
+    app.add_exception_handler(Exception, pages.internal_error)
 
     @app.get("/", response_class=HTMLResponse)
     def home(q: str | None = None, k: str = "3"):
-        if q is None:
-            return HTMLResponse(page("", "", 3, footer(), max_k))
-        return respond(q, k)
+        return pages.html("") if q is None else pages.respond(q, k)
 
     @app.post("/ask", response_class=HTMLResponse)
     async def ask(request: Request):
         try:
-            q, k = parse_form(await request.body())
+            q, k = parse_form(await read_form_body(request, limits))
+        except BodyError as exc:
+            return await run_in_threadpool(pages.error, exc.status, f"请求有误：{exc}", "", {"Connection": "close"})
         except AnswerInputError as exc:
-            body = f'<p class="error" id="error">输入有误：{html.escape(str(exc))}</p>'
-            return HTMLResponse(await run_in_threadpool(lambda: page(body, "", 3, footer(), max_k)), status_code=400)
-        return await run_in_threadpool(respond, q, k)
+            return await run_in_threadpool(pages.error, 400, f"输入有误：{exc}")
+        return await run_in_threadpool(pages.respond, q, k)
 
     @app.get("/api/answer")
     def api(q: str = "", k: str = "3"):
-        try:
-            return JSONResponse(answerer.answer(q, parse_k(k)))
-        except AnswerInputError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+        return pages.respond_json(q, k)
 
     return app

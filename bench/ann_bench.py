@@ -37,7 +37,7 @@ from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.build import refresh_index
 from retrieval.dense import IndexConfig, build_index_with_report, resolve_kind
 from retrieval.encoders import Encoder
-from retrieval.encoding import corpus_fn, encode_corpus, encode_queries, queries_fn
+from retrieval.encoding import TextEncoder
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_queries
 from retrieval.pinning import model_id
@@ -48,8 +48,9 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "lawrefboo
 
 
 class HashingEncoder:
-    """texts -> (n, dim) float32 unit vectors: hashed char 1-2-gram log1p counts, seeded sparse random
-    projection (Achlioptas 2003 / Li et al. 2006 as in scikit-learn). A fixed function of the text."""
+    """A :class:`retrieval.encoding.TextEncoder` whose vectors are (n, dim) float32 unit vectors: hashed char
+    1-2-gram log1p counts, seeded sparse random projection (Achlioptas 2003 / Li et al. 2006 as in
+    scikit-learn). A fixed function of the text, the same for queries and passages."""
 
     model_id = "hashing-char12-2^18-srp128-seed13"
 
@@ -61,14 +62,15 @@ class HashingEncoder:
                                     norm=None)
         self.proj = SparseRandomProjection(dim, dense_output=True, random_state=seed).fit(self.hv.transform(["x"]))
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def encode_corpus(self, texts: list[str]) -> np.ndarray:
         x = self.hv.transform(list(texts)).astype(np.float64)
         x.data = np.log1p(x.data)
         v = np.asarray(self.proj.transform(x), dtype=np.float32)
         n = np.linalg.norm(v, axis=1, keepdims=True)
         return v / np.where(n == 0, 1, n)
 
-    queries = __call__
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.encode_corpus(texts)
 
 
 def _latency_ms(index, q: np.ndarray, k: int, threads: int = 1) -> np.ndarray:
@@ -115,17 +117,18 @@ def edit_one(docs: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return docs, str(docs.at[i, "doc_id"])
 
 
-def refresh_vs_full(docs: pd.DataFrame, enc, model_id: str, cfg: IndexConfig, tmp: Path) -> None:
+def refresh_vs_full(docs: pd.DataFrame, enc: TextEncoder, model_id: str, cfg: IndexConfig, tmp: Path) -> None:
     """Full index build (dense + sparse + fusion) vs refresh after one edited document; BM25 side alone."""
     tok = make_tokenizer(SparseConfig().segmenter)
     fusion = FusionConfig()
     ch1 = build_chunks(docs, ChunkConfig())
     docs2, edited = edit_one(docs)
     ch2 = build_chunks(docs2, ChunkConfig())
-    kw = dict(sparse=SparseConfig(), tokenizer=lambda: tok, fusion=fusion, query_embed_factory=lambda: queries_fn(enc))
+    kw = dict(sparse=SparseConfig(), tokenizer=lambda: tok, fusion=fusion,
+              query_embed_factory=lambda: enc.encode_queries)
     root = tmp / "index"
-    full = refresh_index(root, ch1, corpus_fn(enc), model_id, cfg, fusion_queries=mine_queries(docs, fusion), **kw)
-    inc = refresh_index(root, ch2, corpus_fn(enc), model_id, cfg, fusion_queries=mine_queries(docs2, fusion), **kw)
+    full = refresh_index(root, ch1, enc.encode_corpus, model_id, cfg, fusion_queries=mine_queries(docs, fusion), **kw)
+    inc = refresh_index(root, ch2, enc.encode_corpus, model_id, cfg, fusion_queries=mine_queries(docs2, fusion), **kw)
     print(f"\nindex stage path (refresh_index: dense {full['index_kind']} + BM25 side + fusion fit), "
           f"segmenter {tok[1]['backend']}:")
     print(f"  full build: {full['seconds']:7.2f} s  embedded {full['embedded']}, tokenized "
@@ -141,7 +144,8 @@ def refresh_vs_full(docs: pd.DataFrame, enc, model_id: str, cfg: IndexConfig, tm
     times = {}
     for name, plan, ch in (("full", plan_full, ch2), ("refresh", plan_inc, ch2)):
         t = time.perf_counter()
-        side = build_sparse_side(root, plan, ch, None, SparseConfig(), lambda: tok, None, lambda: queries_fn(enc), fusion)
+        side = build_sparse_side(root, plan, ch, None, SparseConfig(), lambda: tok, None,
+                                 lambda: enc.encode_queries, fusion)
         times[name] = time.perf_counter() - t
         print(f"  BM25 side {name:7s}: {times[name]:7.2f} s  tokenized {side.stats['sparse_tokenized']}, "
               f"reused {side.stats['sparse_reused']}")
@@ -165,14 +169,14 @@ def main() -> None:
     else:
         enc, mid, what = HashingEncoder(), HashingEncoder.model_id, HashingEncoder.model_id
     t = time.perf_counter()
-    vecs = encode_corpus(enc, chunks["text"].tolist())
+    vecs = enc.encode_corpus(chunks["text"].tolist())
     print(f"vectors: {what}, {vecs.shape[0]:,} x {vecs.shape[1]} in {time.perf_counter() - t:.1f} s")
     cfg = IndexConfig()
     print(f"IndexConfig() = {asdict(cfg)}\n  -> kind chosen for {len(chunks):,} vectors: "
           f"{resolve_kind(cfg, len(chunks))} (exact below {cfg.ann_min_vectors:,})")
     titles = docs["title"].dropna().drop_duplicates()
     titles = titles.sample(min(args.queries, len(titles)), random_state=13).tolist()
-    qv = encode_queries(enc, titles)
+    qv = enc.encode_queries(titles)
     compare_kinds(vecs, chunks["chunk_id"].to_numpy(np.int64), qv, cfg)
     if not args.skip_refresh:
         tmp = Path(tempfile.mkdtemp(prefix="bench-ann-"))

@@ -36,7 +36,7 @@ def api_latency(data_dir: str, questions: list[str], rounds: int = 3) -> dict:
     then warm, over ``rounds`` rounds of a search pass and an answer pass over every question, so a slow
     stretch of a shared machine falls on both (the p50s over all rounds, and each round's ratio)."""
     from answers import Answerer
-    from retrieval.stages import Retriever
+    from retrieval.retrievers import Retriever
 
     retr = Retriever(Path(data_dir) / "index")
     ans = Answerer(data_dir)

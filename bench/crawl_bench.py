@@ -1,6 +1,6 @@
 """Crawl benchmarks against real local servers (61 hosts: 127.0.0.2 … 127.0.0.62).
 
-Seeds (issue: crawler): 20 seed pages per host at the default politeness (1 request/s/host), wall time
+Seeds (SPEC §2 politeness): 20 seed pages per host at the default politeness (1 request/s/host), wall time
 against the per-host bound (20 pages + robots.txt -> ~20 s), then extraction throughput (pages/s) on
 the archived pages, offline.
 

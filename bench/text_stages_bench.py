@@ -1,4 +1,4 @@
-"""Text-stage benchmark on the real corpus (issue: datasets done right), in one run:
+"""Text-stage benchmark on the real corpus (SPEC §3-§5), in one run:
 the time of each text stage (import, clean, sentences, segment, vocab, datasets, report) and the
 throughput of each segmenter backend in chars/s over the same sentences, side by side.
 

@@ -488,16 +488,21 @@ IMPORT = Stage("import-documents", "corpus.stages:import_documents", writes=(tab
                inputs=("input_path", "sources_csv", "columns"), files=("input_path", "sources_csv"),
                args={"out_dir": "documents"})
 CLEAN = Stage("clean", "corpus.stages:clean_stage", reads=("documents",), writes=(table("documents_clean"), table("rejects")),
-              config=CleanConfig, settings={"cfg": "clean"})
+              config=CleanConfig, settings={"cfg": "clean"},
+              args={"documents_dir": "documents", "out_dir": "documents_clean", "rejects_dir": "rejects"})
 SENTENCES = Stage("sentences", "corpus.stages:sentences_stage", reads=("documents_clean",), writes=(table("sentences"),),
-                  config=SentenceConfig, settings={"cfg": "sentences"})
+                  config=SentenceConfig, settings={"cfg": "sentences"},
+                  args={"clean_dir": "documents_clean", "out_dir": "sentences"})
+# Segmentation mapped over parts (storage.mapped): plan -> parts (one Parquet file each) -> merge.
 SEGMENT_PLAN = Stage("segment-plan", "corpus.stages:segment_plan", reads=("sentences",),
-                     settings={"n_parts": "segment_parts"})
+                     settings={"n_parts": "segment_parts"}, args={"sentences_dir": "sentences"})
 SEGMENT_PART = Stage("segment-part", "corpus.stages:segment_part", reads=("sentences",), settings={"backend": "segmenter"},
-                     files=("user_dict",), scratch=("cache/segments", "cache/parts/segment-part"))
+                     inputs=("plan", "part"), files=("user_dict",), scratch=("cache/segments",), part_file=".parquet",
+                     args={"sentences_dir": "sentences", "out_file": "*part", "cache_root": "cache/segments"})
 SEGMENT = Stage("segment", "corpus.stages:merge_segments", reads=("sentences",), writes=(table("segments"),),
-                settings={"backend": "segmenter"}, files=("user_dict",),
-                scratch=("cache/segments", "cache/parts/segment-part"))
+                settings={"backend": "segmenter"}, files=("user_dict",), scratch=("cache/segments",),
+                takes_parts={"parts": "segment-part"},
+                args={"sentences_dir": "sentences", "out_dir": "segments", "cache_root": "cache/segments"})
 VOCAB = Stage("vocab", "corpus.stages:vocab_stage", reads=("segments",), writes=(table("vocab"),), config=VocabConfig,
               settings={"cfg": "vocab"}, files=("stopwords",), args={"segments_dir": "segments", "out_dir": "vocab",
                                                                      "stopwords_path": "stopwords"})

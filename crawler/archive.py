@@ -1,4 +1,4 @@
-"""Raw response archive and crawl state (issue: crawler).
+"""Raw response archive and crawl state (SPEC §2: raw responses archived so extraction can be re-run offline).
 
 - :class:`RawArchive`: every body stored once, content-addressed: ``raw/ab/<sha256>`` written
   atomically; extraction can be re-run from it with no network.

@@ -1,4 +1,4 @@
-"""The crawl: registry sources -> fetched, archived responses -> ``documents`` (issue: crawler).
+"""The crawl: registry sources -> fetched, archived responses -> ``documents`` (SPEC §2).
 
 Each host gets one worker thread (so requests to one host are sequential and spaced by the
 fetcher's delay) and hosts run in parallel. A URL already fetched successfully is not fetched
@@ -24,7 +24,7 @@ import pandas as pd
 
 from crawler.archive import CrawlState, RawArchive
 from crawler.discovery import DiscoveryConfig, ListingTimeout, Page, discover
-from crawler.extract import ExtractConfig
+from crawler.document import Document, ExtractConfig
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.registry import ROBOTS, DiscoveryEntry, Source
 from crawler.sandbox import ExtractionPool, SandboxError, extractor_version
@@ -262,6 +262,43 @@ def _is_listing(r) -> bool:
     return isinstance(kind, str) and kind == "listing"
 
 
+def _document_row(r, src: Source, d: Document) -> dict:
+    """The ``documents`` row of crawl-state row ``r`` of source ``src`` extracted as ``d``: ``doc_id`` from the
+    raw body's sha256, text fields without control characters."""
+    return {"doc_id": r.raw_sha256[:16], "source_id": src.id, "source": src.name, "url": r.url,
+            "title": strip_controls(d.title, one_line=True), "pubtime": d.pubtime,
+            "issuer": strip_controls(d.issuer, one_line=True),
+            "doc_number": strip_controls(d.doc_number, one_line=True),
+            "written_date": d.written_date, "content_type": d.content_type, "fetched_at": pd.Timestamp(r.fetched_at),
+            "raw_sha256": r.raw_sha256, "citation": None, "text": strip_controls(d.text), "ocr": d.ocr}
+
+
+def _extract_pages(todo: list, archive: RawArchive, state: CrawlState, version: str, cfg: ExtractConfig,
+                   docs: list, fails: list) -> None:
+    """Extract the ``(crawl-state row, source)`` pages of ``todo`` in bounded workers, a few in flight per
+    worker, results taken in order: rows appended to ``docs``; failures appended to ``fails`` and recorded in
+    ``state`` under the extractor ``version``."""
+
+    def finish(r, src, fut) -> None:
+        try:
+            d = pool.result(fut)
+        except SandboxError as exc:
+            state.put_extraction_failure(r.raw_sha256, version, exc.reason, str(exc))
+            fails.append((r.url, r.source_id, exc.reason, str(exc)))
+            return
+        docs.append(_document_row(r, src, d))
+
+    pending: deque = deque()
+    with ExtractionPool(cfg) as pool:
+        for r, src in todo:
+            fut = pool.submit(archive.get(r.raw_sha256), r.final_url or r.url, r.content_type, src.extract)
+            pending.append((r, src, fut))
+            if len(pending) >= 2 * max(1, cfg.workers):
+                finish(*pending.popleft())
+        while pending:
+            finish(*pending.popleft())
+
+
 def documents_from_archive(sources: list[Source], state: CrawlState, archive: RawArchive,
                            cfg: ExtractConfig = ExtractConfig(), reuse: dict[str, dict] | None = None
                            ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -303,30 +340,8 @@ def documents_from_archive(sources: list[Source], state: CrawlState, archive: Ra
             fails.append((r.url, r.source_id, known[0], known[1]))
             continue
         todo.append((r, src))
-
-    def finish(r, src, fut) -> None:
-        try:
-            d = pool.result(fut)
-        except SandboxError as exc:
-            state.put_extraction_failure(r.raw_sha256, version, exc.reason, str(exc))
-            fails.append((r.url, r.source_id, exc.reason, str(exc)))
-            return
-        docs.append({"doc_id": r.raw_sha256[:16], "source_id": src.id, "source": src.name, "url": r.url,
-                     "title": strip_controls(d.title, one_line=True), "pubtime": d.pubtime,
-                     "issuer": strip_controls(d.issuer, one_line=True),
-                     "doc_number": strip_controls(d.doc_number, one_line=True),
-                     "written_date": d.written_date, "content_type": d.content_type, "fetched_at": pd.Timestamp(r.fetched_at),
-                     "raw_sha256": r.raw_sha256, "citation": None, "text": strip_controls(d.text), "ocr": d.ocr})
-
-    pending: deque = deque()  # a few documents in flight per worker, in order
-    with ExtractionPool(cfg) if todo else contextlib.nullcontext() as pool:
-        for r, src in todo:
-            fut = pool.submit(archive.get(r.raw_sha256), r.final_url or r.url, r.content_type, src.extract)
-            pending.append((r, src, fut))
-            if len(pending) >= 2 * max(1, cfg.workers):
-                finish(*pending.popleft())
-        while pending:
-            finish(*pending.popleft())
+    if todo:
+        _extract_pages(todo, archive, state, version, cfg, docs, fails)
     documents = pd.DataFrame(docs, columns=[*DOCUMENT_COLUMNS, "ocr"])
     documents = documents.drop_duplicates("doc_id").reset_index(drop=True)
     documents.attrs["reused"] = reused

@@ -3,11 +3,12 @@
 This is the ``import`` half of the crawl/import stage (SPEC §1): one row per document, with the
 source (= ``channel``), provenance URL joined from the sources list (``policy_sources.csv``, join on
 ``describes``) when one is given, and the raw text. Malformed metadata never crashes the import:
-an unparseable ``pubtime`` becomes null and a ``describes`` that matches no URL leaves ``url``
-null; each case is counted in the returned warnings. Malformed structure is never imported: the CSV
-is parsed strictly, and a record with the wrong number of fields, a metadata field far longer than
-the rest of its column (or over :class:`ImportLimits`), or a field that holds what looks like further
-records (the mark of an unbalanced quote swallowing rows) is an :class:`InputError` naming its line.
+an unparseable ``pubtime`` becomes null and a ``describes`` that matches no URL (a sources-list URL
+that is not an absolute http(s) address, :func:`http_url`, is none) leaves ``url`` null; each case is
+counted in the returned warnings. Malformed structure is never imported: the CSV is parsed strictly,
+and a record with the wrong number of fields, a metadata field far longer than the rest of its column
+(or over :class:`ImportLimits`), or a field that holds what looks like further records (the mark of an
+unbalanced quote swallowing rows) is an :class:`InputError` naming its line.
 Control characters (NUL …) are removed from every field.
 """
 from __future__ import annotations
@@ -78,17 +79,38 @@ def source_id(name: str) -> str:
     return "src-" + hashlib.sha256(name.strip().encode("utf-8")).hexdigest()[:10]
 
 
+# what a browser strips from both ends of a link before reading its scheme (C0 controls and space, WHATWG URL
+# Standard §4.4 "basic URL parser"), plus the other whitespace a text field may carry
+_URL_EDGES = "".join(map(chr, range(0x21))) + "\x7f\x85\xa0\u2028\u2029\u3000\ufeff"
+_HTTP_URL_RE = re.compile(r"https?://[^\s/?#\\@]+(?:[/?#\\][^\s]*)?", re.IGNORECASE | re.ASCII)
+_URL_INNER_CONTROLS = re.compile(r"[\x00-\x20\x7f-\x9f\u2028\u2029]")
+
+
+def http_url(value) -> str | None:
+    """``value`` as a web address when it is an absolute http(s) URL with a host (its ends stripped of
+    whitespace and control characters), else None: ``javascript:``, ``data:``, ``vbscript:``, relative or
+    scheme-less addresses (in any letter case, behind any leading controls) are never a document's link.
+    A control character or a space inside the address (which a browser drops or encodes, so the text would
+    not be the link it opens), or user info before the host (``http://gov.cn@elsewhere``), makes it None too."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip(_URL_EDGES)
+    if not _HTTP_URL_RE.fullmatch(url) or _URL_INNER_CONTROLS.search(url):
+        return None
+    return url
+
+
 def load_source_urls(path: str | os.PathLike) -> dict[str, str]:
     """Map ``describes`` -> first URL from a provenance list with columns ``url,describes[,code]``.
 
-    Rows whose ``url`` is not an http(s) URL are skipped.
+    Rows whose ``url`` is not an http(s) URL (:func:`http_url`) are skipped.
     """
     urls: dict[str, str] = {}
     with open(path, encoding="utf-8-sig", newline="") as fh:
         for row in csv.DictReader(fh):
-            url = (row.get("url") or "").strip()
+            url = http_url(row.get("url"))
             key = (row.get("describes") or "").strip()
-            if key and url.startswith(("http://", "https://")):
+            if key and url:
                 urls.setdefault(key, url)
     return urls
 

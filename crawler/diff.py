@@ -1,4 +1,4 @@
-"""Crawl diff: what a refresh changed, per document and per source (issue: scheduled refreshes, item 3).
+"""Crawl diff: what a refresh changed, per document and per source (SPEC §2: refreshes by conditional GET).
 
 A document is identified across refreshes by its URL (its ``doc_id`` is the sha256 of its raw body, so it
 changes with the page). Compared with the previous ``documents`` table, each URL of this refresh is:
@@ -64,47 +64,60 @@ def crawl_diff(previous: pd.DataFrame | None, current: pd.DataFrame, gone: dict[
     prev_by_url = {} if prev is None else {r["url"]: r for r in prev.to_dict("records")}
     rows, diff = [], []
     for r in current.to_dict("records"):
-        seen = _ts(r["fetched_at"])
-        h = content_sha256(r["text"])
         old = prev_by_url.pop(r["url"], None)
-        if old is None:
-            status, first, changed_at = "new", seen, seen
-        else:
-            old_hash = _old_hash(old)
-            status = "unchanged" if old_hash == h else "changed"
-            first = _ts(old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"])
-            old_changed = old.get("last_changed") if pd.notna(old.get("last_changed")) else first
-            changed_at = _ts(old_changed) if status == "unchanged" else seen
-        rows.append({**r, "first_seen": min(first, seen), "last_seen": seen, "last_changed": changed_at,
-                     "content_sha256": h})
-        diff.append((r["url"], r["source_id"], status, r["doc_id"], None if old is None else old["doc_id"], h, None))
+        row, status = _seen_row(r, old)
+        rows.append(row)
+        diff.append((r["url"], r["source_id"], status, r["doc_id"], None if old is None else old["doc_id"],
+                     row["content_sha256"], None))
     for url, old in prev_by_url.items():
         src = old["source_id"]
-        if url in gone:
-            status = "gone"
-        elif src not in registry_sources:
-            status = "dropped"
-        else:
-            status = "kept"
-        h = _old_hash(old)
+        status = "gone" if url in gone else "dropped" if src not in registry_sources else "kept"
         if status == "kept":
-            first = old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"]
-            last = old.get("last_seen") if pd.notna(old.get("last_seen")) else old["fetched_at"]
-            changed = old.get("last_changed") if pd.notna(old.get("last_changed")) else first
-            rows.append({**old, "first_seen": _ts(first), "last_seen": _ts(last), "last_changed": _ts(changed),
-                         "content_sha256": h})
-        diff.append((url, src, status, None, old["doc_id"], h, gone.get(url)))
+            rows.append(_kept_row(old))
+        diff.append((url, src, status, None, old["doc_id"], _old_hash(old), gone.get(url)))
     columns = list(current.columns) + [c for c in LIFECYCLE if c not in current.columns]
     documents = pd.DataFrame(rows, columns=columns)
     if len(documents):
         documents = documents.sort_values(["source_id", "url"], kind="stable").reset_index(drop=True)
+    return documents, _diff_frame(diff)
+
+
+def _seen_row(r: dict, old: dict | None) -> tuple[dict, str]:
+    """A document extracted this refresh with its lifecycle columns, and its status against its previous row
+    ``old`` (None: ``new``): ``unchanged`` keeps ``last_changed``, ``changed`` sets it to this fetch."""
+    seen = _ts(r["fetched_at"])
+    h = content_sha256(r["text"])
+    if old is None:
+        status, first, changed_at = "new", seen, seen
+    else:
+        status = "unchanged" if _old_hash(old) == h else "changed"
+        first = _ts(old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"])
+        old_changed = old.get("last_changed") if pd.notna(old.get("last_changed")) else first
+        changed_at = _ts(old_changed) if status == "unchanged" else seen
+    return {**r, "first_seen": min(first, seen), "last_seen": seen, "last_changed": changed_at,
+            "content_sha256": h}, status
+
+
+def _kept_row(old: dict) -> dict:
+    """A previous document carried over unconfirmed: its lifecycle as recorded (fetched_at where a column is
+    missing), ``last_seen`` not advanced."""
+    first = old.get("first_seen") if pd.notna(old.get("first_seen")) else old["fetched_at"]
+    last = old.get("last_seen") if pd.notna(old.get("last_seen")) else old["fetched_at"]
+    changed = old.get("last_changed") if pd.notna(old.get("last_changed")) else first
+    return {**old, "first_seen": _ts(first), "last_seen": _ts(last), "last_changed": _ts(changed),
+            "content_sha256": _old_hash(old)}
+
+
+def _diff_frame(diff: list[tuple]) -> pd.DataFrame:
+    """The diff rows as a table of :data:`DIFF_COLUMNS`, sorted by source_id, status (in :data:`STATUSES`
+    order), url."""
     order = {s: i for i, s in enumerate(STATUSES)}
     diff_df = pd.DataFrame(diff, columns=list(DIFF_COLUMNS))
     diff_df["http_status"] = diff_df["http_status"].astype("Int64")
     if len(diff_df):
         diff_df = diff_df.assign(_o=diff_df["status"].map(order)).sort_values(
             ["source_id", "_o", "url"], kind="stable").drop(columns="_o").reset_index(drop=True)
-    return documents, diff_df
+    return diff_df
 
 
 def diff_counts(diff: pd.DataFrame) -> dict[str, dict[str, int]]:

@@ -146,7 +146,7 @@ def url_date(url: str) -> dt.date | None:
 
 def _html(page: Page):
     """The page parsed with lxml.html (decoded as the extractor decodes), or None if empty."""
-    from crawler.extract import decode_html
+    from crawler.charsets import decode_html
 
     text, _ = decode_html(page.body, page.content_type)
     text = re.sub(r"^\s*<\?xml[^>]*>", "", text)  # lxml refuses str input with an encoding declaration

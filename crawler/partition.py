@@ -1,4 +1,4 @@
-"""Per-source crawl partitions (issue: scheduled refreshes, item 4): one crawl per source, then a merge.
+"""Per-source crawl partitions (SPEC §2): one crawl per source, then a merge.
 
 Each source is crawled on its own (:func:`crawl_source`): its own crawl state
 (``<crawl_root>/sources/<source_id>/state.sqlite``), the shared content-addressed archive

@@ -9,11 +9,15 @@ source, the publication date and the URL. The record's id is kept as ``external_
 Bad records never crash the import and are never merged: a JSON Lines line that is not UTF-8, does not
 parse (nested too deep, an integer too long), is longer than ``max_line_bytes``, is not an object, lacks
 the text field, has an empty text, a field of the wrong type (text, title, source, URL: a string; id: a
-string or an integer) or a lone surrogate is a reject ``{"line", "reason"}`` (line numbers from 1); a
+string or an integer) or a lone surrogate is a reject ``{"line", "reason"}`` (line numbers from 1; a UTF-8
+byte order mark before the first line is read as the file's encoding mark, not as part of the record); a
 repeated external id is a reject too (the first record wins), and an id that repeats another only as a
 string vs a number (``1`` and ``"1"``) says so. A gzip inflating past ``max_inflated_bytes`` and a Parquet
 column of the wrong type (binary, list, struct for a text column) are one :class:`InputError`. Control
-characters are removed from every field.
+characters are removed from every field. A URL that is not an absolute http(s) address (``javascript:``,
+``data:``, relative; :func:`crawler.csv_import.http_url`) is metadata gone wrong, not a bad record: the document
+is kept with ``url`` null and the case counted in the report's warnings (``url_not_http``), as the CSV import
+treats a malformed ``pubtime``.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from crawler.csv_import import DOCUMENT_COLUMNS, InputError, ImportReport, parse_pubtime, source_id
+from crawler.csv_import import DOCUMENT_COLUMNS, InputError, ImportReport, http_url, parse_pubtime, source_id
 from crawler.textsafe import strip_controls
 
 RECORD_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".parquet")
@@ -70,6 +74,9 @@ def _lines(fh, max_line: int, max_total: int, path: Path) -> Iterator[tuple[int,
         if not line:
             return
         line_no += 1
+        if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark: the file's, not the record's
+            total += 3
+            line = line[3:]
         total += len(line)
         too_long = len(line) > max_line
         while too_long and not line.endswith(b"\n"):
@@ -251,6 +258,9 @@ def read_records(path: str | os.PathLike, mapping: ColumnMapping = ColumnMapping
                             f"repeated id {doc['external_id']!r} ({kind} here, {first[1]} on line {first[0]})"})
         else:
             seen[doc["external_id"]] = (line, _id_kind(rec, mapping))
+            if doc["url"] is not None and http_url(doc["url"]) is None:
+                report.warnings["url_not_http"] += 1
+            doc["url"] = http_url(doc["url"])
             docs.append(doc)
     if not docs:
         raise InputError(f"{path}: no document with text (mapping text column {mapping.text_column!r}; "

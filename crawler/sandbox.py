@@ -5,12 +5,13 @@ of gigapixels, an HTML tree that some parser path walks quadratically. Each docu
 in a worker process (``spawn`` start method, so no lock of the crawl's threads is inherited) whose
 address space may grow by at most ``ExtractConfig.memory`` bytes (``RLIMIT_AS``, inherited by the
 tesseract processes it starts) and which is killed and replaced when a document takes longer than
-``ExtractConfig.timeout`` seconds. Failures come back as :class:`crawler.extract.ExtractionError`
+``ExtractConfig.timeout`` seconds. Failures come back as :class:`crawler.document.ExtractionError`
 with a ``reason``: ``extraction_failed``, ``extraction_timeout`` or ``extraction_memory``.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import hashlib
 import multiprocessing
 import resource
@@ -19,7 +20,9 @@ from pathlib import Path
 
 from pebble import ProcessExpired, ProcessPool
 
-from crawler.extract import Document, ExtractConfig, ExtractionError, extract
+from crawler.document import Document, ExtractConfig, ExtractionError
+from crawler.extract import extract
+from storage.contracts import module_closure
 
 REASONS = ("extraction_failed", "extraction_timeout", "extraction_memory")
 
@@ -50,11 +53,21 @@ def _work(body: bytes, url: str, content_type: str | None, hints: dict | None, c
         raise SandboxError("extraction_memory", f"over the memory limit of {cfg.memory} bytes") from exc
 
 
+@functools.lru_cache(maxsize=1)
+def extraction_files() -> tuple[Path, ...]:
+    """The files extraction's output depends on: this module and every crawler module it imports,
+    transitively (:func:`storage.contracts.module_closure`), and the chrome phrase list."""
+    here = Path(__file__).resolve().parent
+    code = [f for f in module_closure(["crawler.sandbox"]) if f.resolve().parent == here]
+    return (*code, here / "chrome_phrases.txt")
+
+
 def extractor_version(cfg: ExtractConfig) -> str:
-    """A hash of the extraction code and limits: a recorded failure is retried when it changes."""
+    """A hash of the extraction code (:func:`extraction_files`) and limits: a recorded failure is retried,
+    and a stored document extracted again, when it changes."""
     h = hashlib.sha256(repr(astuple(cfg)).encode())
-    for name in ("extract.py", "sandbox.py", "textsafe.py"):
-        h.update(Path(__file__).with_name(name).read_bytes())
+    for f in extraction_files():
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -1,4 +1,4 @@
-"""Crawl stages over storage (issue: scheduled refreshes): plan -> one crawl per source -> merge.
+"""Crawl stages over storage (SPEC §1, §2), for scheduled refreshes: plan -> one crawl per source -> merge.
 
 - :func:`crawl_plan`: the registry's source ids (validates the registry).
 - :func:`crawl_source_stage`: one source -> its crawl state, archived bodies and two part files
@@ -122,9 +122,13 @@ def crawl_stage(documents_dir, failures_dir, crawl_root, registry: str | os.Path
 
 
 # Stage contracts (see storage.contracts). Not cached: a crawl looks at the web; its archive and per-source
-# crawl states (scratch) make a rerun fetch only new URLs.
+# crawl states (scratch) make a rerun fetch only new URLs, the current documents (scratch for a source's crawl)
+# spare extracting bodies again.
 CRAWL_SOURCE = Stage("crawl-source", "crawler.stages:crawl_source_stage", reads=(),
-                     config=CrawlConfig, files=("registry",), scratch=("crawl",))
+                     config=CrawlConfig, inputs=("source_id",), files=("registry",), scratch=("crawl", "documents"),
+                     args={"crawl_root": "crawl", "documents_dir": "documents"})
 CRAWL_MERGE = Stage("crawl", "crawler.stages:merge_crawl", writes=(table("documents"), table("crawl_failures"), table("crawl_diff")),
-                    config=CrawlConfig, files=("registry",), scratch=("crawl",))
+                    config=CrawlConfig, inputs=("records",), files=("registry",), scratch=("crawl",),
+                    args={"documents_dir": "documents", "failures_dir": "crawl_failures", "diff_dir": "crawl_diff",
+                          "crawl_root": "crawl"})
 STAGES = (CRAWL_SOURCE, CRAWL_MERGE)

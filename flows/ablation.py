@@ -1,4 +1,4 @@
-"""Ablation (issue: "an honest ablation"): plain BERT vs PolicyBERT fusion none/gate/attn, pretrained
+"""Ablation (SPEC §6: the ablation table fusion × dataset): plain BERT vs PolicyBERT fusion none/gate/attn, pretrained
 and fine-tuned on PolicySM-1 and PolicySM-2 with one budget, over several seeds, beside the non-neural
 baselines.
 

@@ -11,8 +11,10 @@ sentences" and "first sentence of the top BM25 chunk", the earlier pointwise spa
 candidates; with ``--cv``, first repeated 5-fold cross-validation by document on the training questions alone
 (the figures settings are chosen by). Written to ``DATA/eval/answers/answer_eval.json`` and printed.
 
-The scorer saved as ``DATA/answers/scorer.json`` (``--install``: also to the user cache, where other data dirs
-find it) is then refitted, same settings, on every question (``--refit all``, the default: what scikit-learn's
+The scorer saved as ``DATA/eval/answers/scorer.json`` (``--install``: also as the scorer the repository ships,
+``answers/data/scorer.json``, which every index version installs when its encoder and segmenter are the ones
+recorded in the scorer's ``info.provenance``; a data dir uses another one with
+``--set answer_scorer=FILE`` on its next pipeline run) is refitted, same settings, on every question (``--refit all``, the default: what scikit-learn's
 ``refit`` does after model selection; on NCPQA, 5-fold cross-validation by document over all questions gives the
 refit's ~40 % more questions +1–2 points of char-F1, see README); ``--refit train`` saves the 70 % fit itself. The
 saved scorer lists the documents it was fitted on (``info["fitted_documents"]``), and
@@ -27,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+SHIPPED = Path(__file__).resolve().parent.parent / "answers" / "data" / "scorer.json"  # PipelineConfig.answer_scorer
 DEFAULT_QUESTIONS = str(Path(__file__).resolve().parent.parent.parent / "shared" / "qa" / "ncpqa_questions.jsonl")
 
 
@@ -35,12 +38,12 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
     test examples as a user would get them)."""
     from answers.answer import AnswerConfig
     from answers.backend import SearchBackend
-    from answers.documents import DocumentStore
     from answers.fit import build_examples
     from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
 
     cfg = AnswerConfig()
-    backend, store = SearchBackend(Path(data_dir) / "index"), DocumentStore(Path(data_dir) / "documents_clean")
+    backend = SearchBackend(Path(data_dir) / "index")
+    store = backend.store  # the texts the index version's offsets point into
     q = locate_gold(load_questions(questions), store, duplicate_targets(data_dir))
     q["split"] = split_by_document(q, test_share, seed)
     train, test = q[q["split"] == "train"], q[q["split"] == "test"]
@@ -72,13 +75,18 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
     from answers.evaluate import (bm25_sentence_baseline, calibration, evaluate_scorer, first_sentence_baseline,
                                   oracle_row, pool_sentences)
     from answers.fit import fit_scorer
+    from answers.scorer import provenance
+    from retrieval.parts import version_identity
     from storage import atomic_write_text
 
     train, test = q[q["split"] == "train"], q[q["split"] == "test"]
     info = {"split": "by document", "seed": seed, "test_share": test_share,
             "train_questions": len(train), "train_documents": int(train["ext_doc"].nunique()),
             "test_questions": len(test), "test_documents": int(test["ext_doc"].nunique()),
-            "index_version": backend.version, "encoder": backend.encoder_name, "model_id": backend.model_id}
+            "index_version": backend.version, "encoder": backend.encoder_name, "model_id": backend.model_id,
+            "provenance": provenance(backend.model_id, version_identity(backend.bundle.manifest)["segmenter"],
+                                     f"{len(q)} questions (NCPQA format) on {int(q['ext_doc'].nunique())} "
+                                     f"documents of data dir {Path(data_dir).name}")}
     scorer = fit_scorer(tr, info=info)
     learned, per = evaluate_scorer(te, scorer, "answers (span ranker, minimum-Bayes-risk span)")
     argmax, _ = evaluate_scorer(te, replace(scorer, mbr_temperature=0.0), "answers (span ranker, best-scored span)")
@@ -102,11 +110,10 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
 
 
 def save_scorer(data_dir: str, scorer, tr: list, refit: list | None, info: dict, install: bool, log=print) -> dict:
-    """Save ``scorer`` (fitted on ``tr``) as ``DATA/answers/scorer.json`` (and to the user cache with
-    ``install``), or, given ``refit`` (more fitting examples), a scorer refitted the same way on ``tr + refit``;
+    """Save ``scorer`` (fitted on ``tr``) as ``DATA/eval/answers/scorer.json`` (and as the repository's shipped
+    scorer :data:`SHIPPED` with ``install``), or, given ``refit`` (more fitting examples), a scorer refitted the same way on ``tr + refit``;
     returns what was saved (questions, documents, whether refitted)."""
     from answers.fit import fit_scorer
-    from answers.scorer import SCORER_FILE, default_cache
 
     if refit:
         log(f"refitting the scorer on all {len(tr) + len(refit)} questions (the figures above are those of the "
@@ -115,11 +122,10 @@ def save_scorer(data_dir: str, scorer, tr: list, refit: list | None, info: dict,
         scorer = fit_scorer(tr + refit, info={**kept, "refit": "every question, after the held-out report",
                                               "fitted_questions": len(tr) + len(refit),
                                               "held_out_figures_of": f"the fit on {len(tr)} train questions"})
-    path = scorer.save(Path(data_dir) / SCORER_FILE)
+    path = scorer.save(Path(data_dir) / "eval" / "answers" / "scorer.json")
     if install:
-        scorer.save(default_cache())
-    log(f"scorer (fitted on {len(tr) + len(refit or [])} questions): {path}"
-        + (f" and {default_cache()}" if install else ""))
+        scorer.save(SHIPPED)
+    log(f"scorer (fitted on {len(tr) + len(refit or [])} questions): {path}" + (f" and {SHIPPED}" if install else ""))
     return {"fitted_questions": len(tr) + len(refit or []), "refit": bool(refit),
             "fitted_documents": len(scorer.info["fitted_documents"]), "path": str(path)}
 
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--questions", default=DEFAULT_QUESTIONS)
     ap.add_argument("--test-share", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--install", action="store_true", help="also save the scorer to the user cache")
+    ap.add_argument("--install", action="store_true", help=f"also save the scorer as the one the repository ships ({SHIPPED})")
     ap.add_argument("--cv", type=int, default=0, metavar="SEEDS",
                     help="first report SEEDS repeats of 5-fold cross-validation by document on the training "
                          "questions (for choosing settings without the test questions; ~1 min a repeat)")

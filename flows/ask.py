@@ -47,24 +47,57 @@ def format_result(r: dict) -> str:
 
 
 def _batch(answerer, path: str, k: int) -> int:
+    """Answer every line of the JSON Lines file ``path``; one JSON line out per line in, in order. A line that
+    cannot be answered gets ``error``: not UTF-8, not JSON (also nested too deep for the parser), not an
+    object, a question that is not valid Unicode text (a lone surrogate from a ``\\ud800`` escape) or that the
+    answerer refuses. A UTF-8 byte order mark before the first line is the file's, not the question's."""
     from answers.answer import AnswerInputError
 
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             out: dict = {"line": n}
             try:
                 rec = json.loads(raw.decode("utf-8"))
                 if not isinstance(rec, dict):
                     raise ValueError("not a JSON object")
-                out = {"qid": rec.get("qid"), **out}
-                res = answerer.answer(rec.get("question"), k)
+                out = {"qid": _plain_text(rec.get("qid")), **out}
+                question = rec.get("question")
+                if isinstance(question, str) and _plain_text(question) is None:
+                    raise ValueError("the question is not valid Unicode text (a lone surrogate)")
+                res = answerer.answer(question, k)
                 out.update(_public(res))
             except UnicodeDecodeError:
                 out["error"] = "line is not valid UTF-8"
+            except RecursionError:
+                out["error"] = "not JSON (nested too deep)"
             except (ValueError, AnswerInputError) as exc:  # JSONDecodeError is a ValueError
                 out["error"] = str(exc)
-            print(json.dumps(out, ensure_ascii=False, default=str), flush=True)
+            print(_json_line(out), flush=True)
     return 0
+
+
+def _plain_text(value):
+    """``value`` unless it is a string that does not encode as UTF-8 (a lone surrogate): then None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return value
+
+
+def _json_line(out: dict) -> str:
+    """``out`` as one JSON line; a value that cannot be written as UTF-8 (a lone surrogate echoed in an
+    error message or ``qid``) leaves the line with its ``line`` number and an ``error`` only."""
+    text = json.dumps(out, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps({"qid": None, "line": out["line"], "error": "record holds text that is not valid Unicode"},
+                          ensure_ascii=False)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("-k", type=int, default=3, help="answers (from distinct documents) to return")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--scorer", default=None, help="answer scorer JSON (default DATA/answers/scorer.json, then the cache)")
     args = ap.parse_args(argv)
     from answers.answer import AnswerConfig, AnswerInputError, check_question
 
@@ -95,18 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     from answers.answer import Answerer
-    from answers.backend import IndexMissingError
     from answers.scorer import ScorerMissingError
+    from retrieval.bundle import IndexMissingError
+    from retrieval.parts import PartError
     from retrieval.pinning import EncoderMismatchError
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        answerer = Answerer(args.data_dir, cfg=cfg, scorer_path=args.scorer)
+        answerer = Answerer(args.data_dir, cfg=cfg)
+        answerer.check()  # a missing or refused part of the serving version: one error before any question
         if args.questions:
             return _batch(answerer, args.questions, args.k)
         res = answerer.answer(args.question, args.k)
-    except (ScorerMissingError, IndexMissingError, EncoderMismatchError, FileNotFoundError, ValueError) as exc:
+    except (ScorerMissingError, IndexMissingError, PartError, EncoderMismatchError, FileNotFoundError,
+            ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(_public(res), ensure_ascii=False, default=str) if args.json else format_result(res))

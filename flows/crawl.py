@@ -1,4 +1,4 @@
-"""The crawl as per-source partitions (issue: scheduled refreshes): plan -> one task per source -> merge.
+"""The crawl as per-source partitions, for scheduled refreshes (SPEC §2): plan -> one task per source -> merge.
 
 ``crawl_sources`` is a subflow with its own thread pool (crawling waits on the network and on per-host
 politeness, not on the CPU): each registry source is a mapped ``crawl-<source_id>`` task, retried alone when

@@ -22,8 +22,8 @@ from model.training import TrainConfig
 from retrieval.chunks import ChunkConfig
 from retrieval.evaluate import EvalConfig
 from retrieval.select import EncoderChoiceConfig
-from retrieval.hybrid import FusionConfig
-from retrieval.index import IndexConfig
+from retrieval.dense import IndexConfig
+from retrieval.fusion import FusionConfig
 from retrieval.sparse import SparseConfig
 
 
@@ -85,6 +85,13 @@ class PipelineConfig:
     embed_batch_size: int = 64
     embed_parts: int = 2
     sample_query: str = "什么是数据基础制度体系？"
+    # the answer scorer pinned into every index version (SPEC §9; retrieval.parts): a fitted scorer JSON, relative
+    # paths from the repository root; the default is the one the repository ships (fitted on the shared NCPQA
+    # questions by flows.answer_eval --install); "" publishes versions without one
+    answer_scorer: str = "answers/data/scorer.json"
+    # the query pipeline's reranker pinned into every index version (retrieval.rerankers): a reranker JSON file,
+    # relative paths from the repository root (retrieval/data/bm25-window.json ships); "" = none
+    reranker: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -5,7 +5,8 @@ Prints one JSON line per hit: score, dense_score, sparse_score, dense_rank, spar
 external_id, title, source, url, start, end, text. An empty query, one over ``--max-query-chars`` chars
 a ``-k`` outside 1..``--max-k`` or a ``--min-score`` that is not a finite number (``nan``, ``inf``) is one
 ``error:`` line and exit 2, before anything loads. ``hybrid`` (default) fuses the dense and BM25 rankings with the
-weights fitted when the index version was built (see ``retrieval.hybrid``).
+weights fitted when the index version was built (see ``retrieval.fusion``), then applies the version's
+reranker when it was published with one (its query pipeline, :mod:`retrieval.pipeline`; ``rerank_score`` printed).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from retrieval.query import QueryError, QueryLimits, check_query
 
 
 FIELDS = ("score", "dense_score", "sparse_score", "dense_rank", "sparse_rank", "mode", "doc_id", "external_id", "title",
-          "source", "url", "start", "end", "text")
+          "source", "url", "start", "end", "text", "rerank_score")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,15 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from transformers.utils import logging as hf_logging
 
+    from retrieval.bundle import load_bundle
     from retrieval.pinning import EncoderMismatchError
-    from retrieval.stages import Retriever
     from storage import layout as L
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        hits = Retriever(Path(args.data_dir) / L.INDEX, limits=limits).search(args.query, args.k, args.min_score,
-                                                                               args.mode)
+        hits = load_bundle(Path(args.data_dir) / L.INDEX, limits=limits).pipeline.search(args.query, args.k, args.mode)
+        hits = [h for h in hits if args.min_score is None or h["score"] >= args.min_score]
     except (FileNotFoundError, EncoderMismatchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

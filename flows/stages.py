@@ -94,13 +94,16 @@ class Run:
         return handle
 
     def mapped(self, plan: str, part: str, merge: str, n_parts: int, plan_to_merge: bool = False, **params):
-        """Plan -> ``n_parts`` parts -> merge: each part gets the plan (so its cache key sees exactly what it will
-        do) and its index; the merge gets the parts' records in order (and the plan with ``plan_to_merge``)."""
+        """Plan -> ``n_parts`` parts -> merge: each part gets the plan as ``plan`` (so its cache key sees exactly
+        what it will do) and its index as ``part``; the merge gets the parts' records in order as ``parts`` and,
+        where its contract takes it, the plan (``Stage.takes_parts``). With ``plan_to_merge`` the plan and the
+        merge are called in the flow's thread (their results are values, not futures)."""
         plan_h = self.stage(plan, now=plan_to_merge, **params)
-        p = self.stages.named(part)
+        p, m = self.stages.named(part), self.stages.named(merge)
         kw = self.kwargs(p, {**params, "plan": plan_h})
         parts = self.submit(p, self.data_dir, kw, self.dag.waits(p, kw), map_over="part", n=n_parts)
-        return self.stage(merge, now=plan_to_merge, parts=parts, **({"plan": plan_h} if plan_to_merge else {}), **params)
+        taken = {"plan": plan_h} if m.takes_parts.get("plan") == plan else {}
+        return self.stage(merge, now=plan_to_merge, parts=parts, **taken, **params)
 
 
 def _sibling(path: str, name: str) -> str | None:
@@ -143,7 +146,11 @@ def model_stages(run: Run) -> dict:
 
 
 def index_stages(run: Run) -> dict:
-    """Index refresh (only new/changed chunks embedded) and the retrieval evaluation."""
+    """Index refresh (only new/changed chunks embedded, the serving parts pinned in the version) and the
+    retrieval evaluation."""
+    for part in ("answer_scorer", "reranker"):  # the serving parts' files: their content enters the cache key
+        if getattr(run.cfg, part) and not run.inputs.get(part):
+            run.inputs[part] = str(Path(__file__).resolve().parent.parent / getattr(run.cfg, part))
     choice = run.stage("retrieval-encoder", now=True)
     idx = run.mapped("index-plan", "embed-part", "index", run.cfg.embed_parts, plan_to_merge=True)
     return {"retrieval_encoder": choice, "index": idx, "retrieval_eval": run.stage("evaluate-retrieval", now=True)}

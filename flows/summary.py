@@ -104,14 +104,14 @@ def format_summary(s: dict) -> str:
 
 def sample_answer(data_dir: str, question: str) -> dict:
     """The answer stage's top answer to ``question`` (text, score, title, url, start, end), or ``{"note"}``
-    saying why there is none (no fitted scorer, no answer found)."""
+    saying why there is none (the index version has no answer scorer: why; no answer found)."""
     from answers import Answerer, ScorerMissingError
 
     try:
         res = Answerer(data_dir).answer(question, 1)
-    except ScorerMissingError:
-        return {"note": "n/a (no answer scorer: python -m flows.answer_eval --install)"}
-    except (FileNotFoundError, ValueError) as exc:  # an unreadable scorer or index: said, not raised
+    except ScorerMissingError as exc:
+        return {"note": f"n/a ({exc})"}
+    except (FileNotFoundError, ValueError) as exc:  # an unreadable part or index: said, not raised
         return {"note": f"n/a ({exc})"}
     if not res["answers"]:
         return {"note": "no answer found"}

@@ -24,10 +24,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from model.backbones import char_checkpoint_from_pieces
-from model.e5 import convert, file_sha256
+from model.e5 import convert
 from model.e5_format import package_model_path
 from storage.atomic import atomic_path
 from storage.bounds import check_bounds, check_choice
+from storage.hashing import file_sha256
 
 MARKER = "backbone.json"
 

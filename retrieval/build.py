@@ -98,13 +98,16 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
                    sparse: SparseConfig | None = None, tokenizer: Callable[[], tuple[Tokenize, dict]] | None = None,
                    fusion_queries: pd.DataFrame | None = None, query_embed_factory: Callable[[], Embed] | None = None,
                    fusion: FusionConfig | None = None, parts: list[dict] | None = None,
-                   keep_staging: bool = False) -> dict:
+                   keep_staging: bool = False,
+                   serving_parts: Callable[[Path, dict, pd.DataFrame], dict] | None = None) -> dict:
     """Assemble reused and embedded vectors (parts not staged are embedded here), build the dense index and,
     with ``sparse``, the sparse side and the fitted fusion (:func:`retrieval.sparse_build.build_sparse_side`:
     ``tokenizer()`` -> (texts -> tokens, segmenter identity); hybrid weights fitted on ``fusion_queries``
     embedded with ``query_embed_factory()``, default ``embed_factory()``), publish the next version, switch
     ``CURRENT`` and retire old versions (``IndexConfig.keep_versions``, :func:`retrieval.versions.retire_versions`).
-    The staging folder is removed unless ``keep_staging``.
+    The staging folder is removed unless ``keep_staging``. ``serving_parts(version_dir, manifest, chunks)``
+    writes the version's serving parts (:func:`retrieval.parts.write_parts`) into the staged folder after
+    the sparse side, before ``CURRENT`` switches; its records become the manifest's ``parts``.
 
     ``parts``: the records of the embedded parts (``path``, ``sha256``) in part order, as the mapped embedding
     tasks returned them; each file is checked against its sha256. Without it the parts are read from staging.
@@ -139,7 +142,14 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
                                  search_params=search_params(index, ann))
         man.update(side.manifest)
         extra_stats, write_extra = side.stats, side.write
-    version = publish_version(index_root, index, chunks, man, vectors, write_extra=write_extra)
+
+    def write_all(vdir: Path) -> None:
+        if write_extra is not None:
+            write_extra(vdir)
+        if serving_parts is not None:  # publish_version writes ``man`` after this returns
+            man["parts"] = serving_parts(vdir, man, chunks)
+
+    version = publish_version(index_root, index, chunks, man, vectors, write_extra=write_all)
     retired = retire_versions(index_root, cfg.keep_versions)["retired"]
     if not keep_staging:
         shutil.rmtree(staging, ignore_errors=True)

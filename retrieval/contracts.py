@@ -12,19 +12,29 @@ CHOICE_SCRATCH = "cache/retrieval-encoder"
 RETRIEVAL_ENCODER = Stage("retrieval-encoder", "retrieval.stages:retrieval_encoder_stage",
                           reads=("documents_clean", FINETUNED, E5, BACKBONE), writes=(folder(ENCODER),),
                           config=EncoderChoiceConfig, settings={"cfg": "retrieval_encoder"}, scratch=(CHOICE_SCRATCH,),
-                          args={"scratch_dir": CHOICE_SCRATCH}, gpu=True)
-PLANS, PARTS = "cache/parts/index-plan", "cache/parts/embed-part"
+                          args={"clean_dir": "documents_clean", "finetuned_dir": FINETUNED, "e5_dir": E5,
+                                "backbone_dir": BACKBONE, "out_dir": ENCODER, "scratch_dir": CHOICE_SCRATCH}, gpu=True)
+# The index refresh mapped over parts (storage.mapped): the plan stages chunks in a folder named by its cache key,
+# each embedding part writes one .npz file, the publish reads them in part order.
 INDEX_PLAN = Stage("index-plan", "retrieval.stages:index_plan_stage", reads=("documents_clean", ENCODER),
-                   config=ChunkConfig, settings={"cfg": "chunks", "index_cfg": "index"}, scratch=("index", PLANS))
-EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", reads=("documents_clean", ENCODER),
-                   settings={"n_parts": "embed_parts", "batch_size": "embed_batch_size"},
-                   scratch=("index", PLANS, PARTS), gpu=True)
+                   config=ChunkConfig, settings={"cfg": "chunks", "index_cfg": "index"}, scratch=("index",),
+                   part_file="", args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index",
+                                       "staging": "*part"})
+EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", reads=(ENCODER,),
+                   settings={"n_parts": "embed_parts", "batch_size": "embed_batch_size"}, inputs=("part",),
+                   scratch=("index",), part_file=".npz", takes_parts={"plan": "index-plan"},
+                   args={"ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path", "out_file": "*part"},
+                   gpu=True)
 INDEX = Stage("index", "retrieval.stages:index_publish_stage", reads=("documents_clean", ENCODER),
               writes=(versioned("index"),), config=ChunkConfig,
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",
                         "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion"},
-              scratch=(PLANS, PARTS), gpu=True)
+              inputs=("answer_scorer", "reranker"), files=("answer_scorer", "reranker"),
+              takes_parts={"plan": "index-plan", "parts": "embed-part"},
+              args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path"},
+              gpu=True)
 EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
                  writes=(table("eval/retrieval"),),
-                 settings={"segmenter": "segmenter", "seed": "pairs.seed", "cfg": "evaluate"})
+                 settings={"segmenter": "segmenter", "seed": "pairs.seed", "cfg": "evaluate"},
+                 args={"clean_dir": "documents_clean", "index_root": "index", "out_dir": "eval/retrieval"})
 STAGES = (RETRIEVAL_ENCODER, INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)

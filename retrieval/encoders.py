@@ -17,9 +17,13 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from model.features import CharEncoder, WordMatcher
+    from model.modeling import PolicyBertModel
 
 RETRIEVAL_INFO = "retrieval.json"
 
@@ -60,9 +64,20 @@ def checkpoint_type(ckpt_dir: str | os.PathLike) -> str:
     return json.loads(Path(ckpt_dir, "config.json").read_text(encoding="utf-8")).get("model_type", "")
 
 
+def load_encoder(ckpt_dir: str | os.PathLike) -> tuple[PolicyBertModel, CharEncoder, WordMatcher]:
+    """The encoder (``PolicyBertModel``) of any PolicyBERT checkpoint, with its char encoder and word matcher
+    (saved beside the weights, :func:`model.stages.load_inputs`)."""
+    from model import PolicyBertModel
+    from model.stages import load_inputs
+
+    model = PolicyBertModel.from_pretrained(ckpt_dir)
+    enc, matcher = load_inputs(ckpt_dir)
+    return model, enc, matcher
+
+
 class _Interface:
-    """The FlagEmbedding interface over an ``embed(texts) -> (n, hidden)`` of the subclass; instructions
-    from ``self.info``. ``encoder(texts)`` / ``encoder.queries(texts)`` are the older aliases."""
+    """The FlagEmbedding interface (:class:`retrieval.encoding.TextEncoder`) over an ``embed(texts) -> (n,
+    hidden)`` of the subclass; instructions from ``self.info``."""
 
     info: RetrievalInfo
 
@@ -77,17 +92,9 @@ class _Interface:
         """Query vectors, float32 (n, hidden), L2-normalised: the query instruction prepended."""
         return self.embed([self.info.query_instruction + t for t in texts])
 
-    def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        """Alias of :meth:`encode_corpus`."""
-        return self.encode_corpus(texts)
-
-    def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Alias of :meth:`encode_queries`."""
-        return self.encode_queries(texts)
-
 
 class Encoder(_Interface):
-    """A PolicyBERT encoder as a text -> vector function (mean-pooled or CLS, L2-normalised).
+    """A PolicyBERT encoder (mean-pooled or CLS, L2-normalised).
 
     ``encode_corpus(texts)`` embeds passages, ``encode_queries(texts)`` queries (instruction prepended);
     both return float32 (n, hidden).
@@ -106,8 +113,6 @@ class Encoder(_Interface):
         plain BERT model (:class:`BertEncoder`)."""
         if checkpoint_type(ckpt_dir) == "bert":
             return BertEncoder.from_checkpoint(ckpt_dir, batch_size, device)
-        from model.stages import load_encoder
-
         return cls(*load_encoder(ckpt_dir), batch_size=batch_size, device=device,
                    info=RetrievalInfo.load(ckpt_dir))
 
@@ -119,7 +124,6 @@ class Encoder(_Interface):
         if checkpoint_type(ckpt_dir) == "bert":
             return BertEncoder.untrained_like(ckpt_dir, seed)
         from model import PolicyBertModel
-        from model.stages import load_encoder
 
         model, enc, matcher = load_encoder(ckpt_dir)
         torch.manual_seed(seed)

@@ -19,7 +19,6 @@ import pandas as pd
 
 from retrieval.dense import IndexConfig, build_index
 from retrieval.encoders import Encoder
-from retrieval.encoding import encode_corpus, encode_queries
 from retrieval.metrics import ann_recall, doc_metrics
 from retrieval.retrievers import DenseRetriever, Hit, Retriever, encoder_dir_of
 from storage.tables import iter_table
@@ -84,9 +83,9 @@ def untrained_row(retriever: Retriever, index_root, queries: pd.DataFrame, cfg: 
     if cfg.untrained_max_chunks is not None and n > cfg.untrained_max_chunks:
         return None
     enc = Encoder.untrained_like(encoder_dir_of(index_root, retriever.manifest), cfg.seed)
-    vecs = encode_corpus(enc, retriever.chunks["text"].tolist())
+    vecs = enc.encode_corpus(retriever.chunks["text"].tolist())
     index = build_index(vecs, np.arange(n, dtype=np.int64))
-    hits = DenseRetriever(index, enc).search_vectors(encode_queries(enc, queries["query"].tolist()), cfg.k)
+    hits = DenseRetriever(index, enc).search_vectors(enc.encode_queries(queries["query"].tolist()), cfg.k)
     return {"system": "untrained", **doc_metrics(hit_docs(retriever, hits), queries["doc_id"].astype(str).tolist())}
 
 
@@ -98,6 +97,6 @@ def ann_recalls(retriever: Retriever, queries: pd.DataFrame, k: int = 10) -> dic
         return {}
     vecs = np.asarray(retriever.vectors, dtype=np.float32)
     ids = retriever.chunks["chunk_id"].to_numpy(np.int64)
-    qv = encode_queries(retriever.encoder, queries["query"].tolist())
+    qv = retriever.encoder.encode_queries(queries["query"].tolist())
     return {f"{kind}_recall@{k}_vs_exact": ann_recall(build_index(vecs, ids, IndexConfig(kind=kind)), vecs, ids, qv, k)
             for kind in ("ivf", "hnsw")}

@@ -8,9 +8,9 @@ gold article among the top-k results; reported per system: recall@1/5/10 and MRR
 
 Systems: BM25 (bm25s over the segmenter's tokens, :mod:`retrieval.sparse`), each dense encoder given
 (fine-tuned, untrained = same architecture randomly initialised, retrieval-trained), and per dense encoder
-the hybrid of :mod:`retrieval.hybrid` whose weights are fitted on queries mined from the pool itself
+the hybrid of :mod:`retrieval.fusion` whose weights are fitted on queries mined from the pool itself
 (lead clause of each article, its ``第N条`` number removed; never the questions), ranked against a copy of
-the pool with each lead cut out of its article (ICT, see :mod:`retrieval.hybrid`). The same systems are also
+the pool with each lead cut out of its article (ICT, see :mod:`retrieval.mining`). The same systems are also
 scored on those mined queries (query set ``mined``, on the masked pool), so the table shows hybrid vs its
 parts on both sets.
 Passage embeddings are cached on disk under ``cache_dir`` keyed by the encoder's model id and the texts.
@@ -36,7 +36,6 @@ import pandas as pd
 
 from retrieval.dense import build_index, search_rows
 from retrieval.encoders import Encoder
-from retrieval.encoding import corpus_fn, queries_fn
 from retrieval.fusion import FusionConfig, fit_fusion, fuse_with
 from retrieval.metrics import doc_metrics
 from retrieval.mining import mask_leads, mine_queries
@@ -206,7 +205,7 @@ def dense_system(name: str, ckpt_dir: str | os.PathLike, untrained: bool = False
     enc = Encoder.untrained_like(ckpt_dir, seed) if untrained else Encoder.from_checkpoint(ckpt_dir, batch_size)
     enc.batch_size = batch_size
     mid = model_id(ckpt_dir) + (f"-untrained{seed}" if untrained else "")
-    return DenseSystem(name, corpus_fn(enc), queries_fn(enc), mid, None if untrained else str(ckpt_dir))
+    return DenseSystem(name, enc.encode_corpus, enc.encode_queries, mid, None if untrained else str(ckpt_dir))
 
 
 def evaluate_qa(questions: pd.DataFrame, pool: pd.DataFrame, systems: list[DenseSystem],
@@ -309,7 +308,7 @@ def tuned_rows(s: DenseSystem, vecs: np.ndarray, doc_ids: list[str], questions: 
                 log(f"{s.name}: tuning the query side, fold {k + 1}/{len(plan)} ({len(tr)} train, {len(dv)} dev)")
                 tune_queries(s.ckpt, vecs, doc_ids, tr, dv, out, cfg.tuning, s.key, log=lambda m: None)
             meta = json.loads((out / TUNING_FILE).read_text(encoding="utf-8"))
-            q_of = queries_fn(Encoder.from_checkpoint(out))
+            q_of = Encoder.from_checkpoint(out).encode_queries
         fit = _fit(_dense_rows(vecs, q_of(dv["query"].tolist()), depth), sparse_top(dv["query"]), doc_ids,
                    dv["gold"].tolist(), cfg.fusion)
         test = questions.iloc[fold.test]

@@ -17,7 +17,7 @@ import pandas as pd
 
 from retrieval.dense import search_params, search_rows
 from retrieval.encoders import Encoder
-from retrieval.encoding import encode_queries
+from retrieval.encoding import TextEncoder
 from retrieval.fusion import fuse_with
 from retrieval.pinning import EncoderMismatchError, verify_encoder
 from retrieval.query import QueryLimits, check_query
@@ -46,12 +46,12 @@ class DenseRetriever:
 
     Args:
         index: FAISS index over the chunk vectors, ids mapped to rows by ``row_of`` (None: the ids are rows).
-        encoder: has ``encode_queries`` (:mod:`retrieval.encoding`). vectors: the stored chunk vectors (n, dim),
-            to score a row outside the searched candidates (optional). ann: the version's manifest entry
-            ``ann`` (its tombstones, :func:`retrieval.dense.search_params`; None: none).
+        encoder: the query encoder (:class:`retrieval.encoding.TextEncoder`). vectors: the stored chunk vectors
+            (n, dim), to score a row outside the searched candidates (optional). ann: the version's manifest
+            entry ``ann`` (its tombstones, :func:`retrieval.dense.search_params`; None: none).
     """
 
-    def __init__(self, index: faiss.Index, encoder, row_of: dict[int, int] | None = None,
+    def __init__(self, index: faiss.Index, encoder: TextEncoder, row_of: dict[int, int] | None = None,
                  vectors: np.ndarray | None = None, ann: dict | None = None):
         self.index, self.encoder, self.row_of, self.vectors = index, encoder, row_of, vectors
         self.ann = ann or {}
@@ -63,7 +63,7 @@ class DenseRetriever:
 
     def search(self, query: str, k: int) -> list[Hit]:
         """Top-``k`` chunks for ``query``, best first."""
-        return self.search_vectors(encode_queries(self.encoder, [query]), k)[0]
+        return self.search_vectors(self.encoder.encode_queries([query]), k)[0]
 
     def search_vectors(self, query_vecs: np.ndarray, k: int) -> list[list[Hit]]:
         """Top-``k`` hits per query vector (q, dim)."""
@@ -120,7 +120,7 @@ class HybridRetriever:
             raise ValueError(f"unknown mode {order!r} (one of {MODES})")
         if order == "sparse" and self.sparse is None:
             raise ValueError("no sparse side to rank by")
-        qv = encode_queries(self.dense.encoder, queries) if order != "sparse" else None
+        qv = self.dense.encoder.encode_queries(list(queries)) if order != "sparse" else None
         toks = self.sparse.tokenize(list(queries)) if self.sparse is not None else [None] * len(queries)
         depth = max(self.depth, k)
         d_rows, d_scores = (self.dense.search_rows(qv, depth) if qv is not None
@@ -186,7 +186,7 @@ class Retriever:
         self.limits = limits
         self.index, self.chunks, self.manifest = load_version(root, version)
         vdir = root / self.manifest["version"]
-        self.encoder = Encoder.from_checkpoint(_verify(root, self.manifest), batch_size, device)
+        self.encoder: TextEncoder = Encoder.from_checkpoint(_verify(root, self.manifest), batch_size, device)
         self.vectors = np.load(vdir / "embeddings.npy", mmap_mode="r") if (vdir / "embeddings.npy").is_file() else None
         row_of = {int(c): k for k, c in enumerate(self.chunks["chunk_id"])}
         self.dense = DenseRetriever(self.index, self.encoder, row_of, self.vectors, self.manifest.get("ann"))

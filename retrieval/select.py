@@ -27,7 +27,7 @@ from model.backbones import load_state_dict
 from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.dense import build_flat_index, search_rows
 from retrieval.encoders import Encoder
-from retrieval.encoding import encode_corpus, encode_queries
+from retrieval.encoding import TextEncoder
 from retrieval.metrics import doc_metrics
 from retrieval.mining import LeadConfig, mask_leads, mine_queries
 from storage.atomic import atomic_path
@@ -130,17 +130,17 @@ def dev_set(docs: pd.DataFrame, cfg: EncoderChoiceConfig, chunk_cfg: ChunkConfig
     return chunks, queries
 
 
-def score_encoder(encoder, chunks: pd.DataFrame, queries: pd.DataFrame, k: int = 10) -> dict:
+def score_encoder(encoder: TextEncoder, chunks: pd.DataFrame, queries: pd.DataFrame, k: int = 10) -> dict:
     """Document-level recall@1/5/10 and MRR@10 of ``encoder`` ranking ``chunks`` for ``queries`` (exact search)."""
-    vecs = encode_corpus(encoder, chunks["text"].tolist())
+    vecs = encoder.encode_corpus(chunks["text"].tolist())
     index = build_flat_index(vecs, np.arange(len(vecs), dtype=np.int64))
-    rows, _ = search_rows(index, encode_queries(encoder, queries["query"].tolist()), k)
+    rows, _ = search_rows(index, encoder.encode_queries(queries["query"].tolist()), k)
     docs = chunks["doc_id"].astype(str).to_numpy()
     return doc_metrics([[docs[r] for r in rr if r >= 0] for rr in rows], queries["doc_id"].astype(str).tolist())
 
 
 def choose_encoder(candidates: Mapping[str, str | os.PathLike], docs: pd.DataFrame, cfg: EncoderChoiceConfig,
-                   load: Callable[[str | os.PathLike], object] = Encoder.from_checkpoint) -> dict:
+                   load: Callable[[str | os.PathLike], TextEncoder] = Encoder.from_checkpoint) -> dict:
     """Score every candidate checkpoint on the dev split (:func:`dev_set`) and pick the best by recall@10 +
     MRR@10 (ties: the first candidate named).
 

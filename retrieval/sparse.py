@@ -10,6 +10,7 @@ the others; versions written before the counts hold ``tokens.parquet`` (``chunk_
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -138,3 +139,29 @@ def read_tokens(d: str | os.PathLike) -> dict[int, list[str]]:
 def sparse_key(cfg: SparseConfig, segmenter: dict) -> dict:
     """What must match for stored tokens to be reused: the config and the resolved segmenter."""
     return {**asdict(cfg), "segmenter_backend": segmenter["backend"], "segmenter_model_id": segmenter["model_id"]}
+
+
+def bm25_scores(q_tokens: Sequence[str], doc_counts: list[dict], doc_lens: np.ndarray, k1: float = 1.5,
+                b: float = 0.75) -> np.ndarray:
+    """BM25, Lucene variant (Robertson & Zaragoza 2009; idf = ln(1 + (N − df + 0.5)/(df + 0.5)), tf part
+    tf/(tf + k1·(1 − b + b·len/avg len))), of a query against a small set of texts scored per query (a
+    question's candidate sentences, the windows of a reranker), IDF over those texts: the kernel for texts
+    that are not in the index (the index's chunks are scored by ``bm25s`` over :class:`SparseIndex`, the same
+    formula). ``doc_counts``: a token → count dict per text, ``doc_lens`` (n,) their token counts (an empty
+    text counts as one token, as ``bm25s`` indexes it); each query token counts as often as it occurs
+    (``bm25s.BM25(method="lucene").get_scores`` scores the same, float32, to rounding). (n,) float32, zeros
+    when nothing matches."""
+    n = len(doc_counts)
+    out = np.zeros(n, dtype=np.float64)
+    if not n:
+        return out.astype(np.float32)
+    lens = np.maximum(np.asarray(doc_lens, dtype=np.float64), 1.0)
+    norm = k1 * ((1 - b) + b * lens / lens.mean())
+    for t in q_tokens:
+        if not t:
+            continue
+        tf = np.fromiter((c.get(t, 0) for c in doc_counts), dtype=np.float64, count=n)
+        df = np.count_nonzero(tf)
+        if df:
+            out += math.log(1 + (n - df + 0.5) / (df + 0.5)) * tf / (norm + tf)
+    return out.astype(np.float32)

@@ -1,5 +1,5 @@
 """Retrieval stages over storage (SPEC §7): index plan, embedding parts, publish, retrieval training and the
-evaluation; the search API is :mod:`retrieval.retrievers` (re-exported here). Never imports prefect."""
+evaluation; the search API is :mod:`retrieval.retrievers`. Never imports prefect."""
 from __future__ import annotations
 
 import json
@@ -15,15 +15,14 @@ from retrieval.build import embed_staged, publish_staged, stage_refresh, staging
 from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.contracts import EVALUATE, INDEX
 from retrieval.dense import IndexConfig
-from retrieval.encoders import BertEncoder, Encoder, RetrievalInfo, checkpoint_type  # noqa: F401  (public API)
-from retrieval.encoding import corpus_fn, queries_fn
+from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
+from retrieval.parts import ANSWER_SCORER, RERANKER, PartSource, write_parts
 from retrieval.pinning import model_id, pin_encoder
 from model.backbone_stage import has_checkpoint
-from retrieval.retrievers import (MODES, DenseRetriever, HybridRetriever, Retriever, SparseRetriever,  # noqa: F401
-                                  encoder_dir_of, query_index)
+from retrieval.retrievers import Retriever
 from retrieval.select import EncoderChoiceConfig, choose_encoder, dev_docs, merge_char_body, write_choice
 from retrieval.sparse import SparseConfig, make_tokenizer
 from retrieval.train import RetrievalTrainConfig, train_retrieval
@@ -71,14 +70,15 @@ def index_embed_part_stage(ckpt_dir, index_root, part: int, n_parts: int, batch_
 
     encoder = load_encoder(load, f"{planned}:{batch_size}:{device}") if load_encoder else load()
     encoder.on_progress = on_progress
-    return embed_staged(staging, corpus_fn(encoder), part, n_parts, out_file=out_file)
+    return embed_staged(staging, encoder.encode_corpus, part, n_parts, out_file=out_file)
 
 
 def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
-                        parts: list[dict] | None = None) -> dict:
+                        parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
+                        reranker: str | os.PathLike | None = None) -> dict:
     """Publish the refresh staged in ``staging`` (default ``index/.staging``, re-planned if missing or stale;
     with an explicit ``staging`` it is kept for the cache) as ``index/vN`` and switch ``index/CURRENT``.
     ``parts``: the embedded parts' records (``path``, ``sha256``) in part order (mapped embedding); without
@@ -88,6 +88,12 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     manifest) and, unless ``sparse`` is None, holds the BM25 side (``sparse/``) and the hybrid weights
     fitted on titles and lead sentences of ``documents_clean`` (``fusion`` in the manifest).
     ``tokenizer``: an already loaded ``make_tokenizer(sparse.segmenter)`` result (else loaded here).
+
+    The version is the unit serving loads (:mod:`retrieval.parts`): it also holds the texts of its documents
+    (``texts`` part) and, with ``answer_scorer`` (a fitted :mod:`answers.scorer` JSON file, by default the one
+    the repository ships), that scorer as its ``answer_scorer`` part when the version's encoder and segmenter
+    are the ones it was fitted with (else the part records why it was refused), and with ``reranker`` (a
+    :mod:`retrieval.rerankers` JSON file) the query pipeline's reranker.
 
     Raises:
         retrieval.pinning.EncoderMismatchError: the checkpoint changed after the plan was made.
@@ -117,9 +123,15 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
         queries = queries[queries["kind"] == "lead"].reset_index(drop=True)
         kw = dict(sparse=sparse, fusion_queries=queries, fusion=fusion,
                   tokenizer=(lambda: tokenizer) if tokenizer else None,
-                  query_embed_factory=lambda: queries_fn(factory()))
-    stats = publish_staged(index_root, staging, n_parts, lambda: corpus_fn(factory()), manifest, parts=parts,
-                           keep_staging=keep, **kw)
+                  query_embed_factory=lambda: factory().encode_queries)
+    sources = ((PartSource(ANSWER_SCORER, "answer-scorer.json", str(answer_scorer)),) if answer_scorer else ()) + (
+        (PartSource(RERANKER, "reranker.json", str(reranker), requires=()),) if reranker else ())
+
+    def serving_parts(vdir: Path, man: dict, chunks: pd.DataFrame) -> dict:
+        return write_parts(vdir, man, clean_dir, chunks["doc_id"].unique(), sources)
+
+    stats = publish_staged(index_root, staging, n_parts, lambda: factory().encode_corpus, manifest, parts=parts,
+                           keep_staging=keep, serving_parts=serving_parts, **kw)
     chunks = pd.read_parquet(Path(index_root) / stats["version"] / "chunks.parquet", columns=["doc_id"])
     return {**stats, "chunks": int(len(chunks)), "documents": int(chunks["doc_id"].nunique())}
 
@@ -139,14 +151,17 @@ def _encoder_factory(ckpt_dir, batch_size: int, device: str):
 def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                 batch_size: int = 64, device: str = "auto", on_progress=None, n_parts: int = 1, *,
                 sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
-                tokenizer=None) -> dict:
+                tokenizer=None, answer_scorer: str | os.PathLike | None = None,
+                reranker: str | os.PathLike | None = None) -> dict:
     """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks,
-    in one process (plan, every part, publish with the sparse side and fitted hybrid weights)."""
+    in one process (plan, every part, publish with the sparse side, fitted hybrid weights and the serving
+    parts: the texts and, given, ``answer_scorer`` and ``reranker``)."""
     index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg)
     for part in range(n_parts):
         index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress)
     return index_publish_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device,
-                               sparse=sparse, fusion=fusion, tokenizer=tokenizer)
+                               sparse=sparse, fusion=fusion, tokenizer=tokenizer, answer_scorer=answer_scorer,
+                               reranker=reranker)
 
 
 def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str = "auto", log=print) -> dict:

@@ -45,7 +45,7 @@ from model.training import TrainConfig, resolve_device, train
 from retrieval.dense import build_index, search_rows
 from retrieval.encoders import RetrievalInfo, checkpoint_type, pool
 from retrieval.metrics import doc_metrics
-from retrieval.mining import mine_pairs, split_by_doc  # noqa: F401  (public API of this module)
+from retrieval.mining import split_by_doc
 from retrieval.sparse import SparseIndex
 from storage.atomic import atomic_path
 

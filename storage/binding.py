@@ -28,6 +28,11 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+class BindingError(TypeError):
+    """A stage's contract and its library function do not fit: a declared path no parameter takes, a parameter
+    nothing gives, an ``args`` entry naming an unknown source or parameter."""
+
+
 def stage_paths(stage: Stage, data_dir: str, **params) -> dict:
     """The stage's declared reads, writes and scratch folders under ``data_dir``, by name."""
     return {**{n: Path(data_dir) / n for n in stage.scratch}, **stage.read_paths(data_dir, params),
@@ -40,31 +45,81 @@ def stage_function(stage: Stage) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+def _record_path(record: Any) -> Path | None:
+    return Path(record["path"]) if isinstance(record, dict) and record.get("path") else None
+
+
+def binding_sources(stage: Stage, data_dir: str, params: Mapping[str, Any], part: Path | None = None) -> dict:
+    """What ``stage.args`` may name, by name: the declared paths under ``data_dir``, ``"*reads"`` / ``"*writes"``,
+    ``"*part"`` (``part``, for a ``part_file`` stage), ``"<param>.path"`` (the file of the record in a
+    ``takes_parts`` parameter, None without one) and the task parameters."""
+    reads, writes = stage.read_paths(data_dir, params), stage.write_paths(data_dir, params)
+    records = {f"{p}.path": _record_path(params.get(p)) for p in stage.takes_parts}
+    return {**stage_paths(stage, data_dir, **params), "*reads": reads, "*writes": writes,
+            **({"*part": part} if stage.part_file is not None else {}), **records, **params}
+
+
+def _source_name(stage: Stage, source: str, params: Mapping[str, Any]) -> str:
+    """An ``args`` source with its ``{param}`` placeholders filled (from ``params``, else the defaults)."""
+    return source.format(**{**stage.defaults, **params}) if "{" in source else source
+
+
+def _check_args(stage: Stage, sig: inspect.Signature, sources: Mapping[str, Any], params: Mapping[str, Any]) -> None:
+    open_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    for param, source in stage.args.items():
+        if param not in sig.parameters and not open_kwargs:
+            raise BindingError(f"stage {stage.name}: args binds {source!r} to parameter {param!r}, which {stage.fn} "
+                               "does not take")
+        if _source_name(stage, source, params) not in sources:
+            raise BindingError(f"stage {stage.name}: args source {source!r} of parameter {param!r} is no declared "
+                               "read, write or scratch folder, no record path and no task parameter")
+
+
+def _check_paths_taken(stage: Stage, reads: Mapping[str, Path], writes: Mapping[str, Path],
+                       params: Mapping[str, Any]) -> None:
+    taken = {_source_name(stage, s, params) for s in stage.args.values()}
+    taken |= set(reads) if "*reads" in taken else set()
+    taken |= set(writes) if "*writes" in taken else set()
+    for kind, names in (("read", reads), ("write", writes)):
+        for name in names:
+            if name not in taken:
+                raise BindingError(f"stage {stage.name}: declared {kind} {name!r} is bound to no parameter of "
+                                   f"{stage.fn}; name it in args ({{parameter: {name!r}}})")
+
+
+def _check_covered(stage: Stage, sig: inspect.Signature, params: Mapping[str, Any], hooks: Mapping[str, Any]) -> None:
+    for name, p in sig.parameters.items():
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if name in stage.args or name in params or name in hooks or p.default is not inspect.Parameter.empty:
+            continue
+        raise BindingError(f"stage {stage.name}: parameter {name!r} of {stage.fn} gets no declared path, task "
+                           "parameter or default; bind it in args or declare the task parameter")
+
+
 def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any],
-         hooks: Callable[[str], Callable] | None = None) -> dict:
-    """Keyword arguments of ``fn`` for one run: the declared paths (those ``stage.args`` binds by name, the
-    other reads then writes positionally to the parameters ``args`` leaves), the task parameters ``fn`` names
-    (dataclasses as dicts where ``fn`` takes a dict) and, for an ``on_step`` / ``on_progress`` parameter,
-    ``hooks(name)`` (left to the function's default without ``hooks``).
+         hooks: Mapping[str, Callable[[], Any]] | None = None, part: Path | None = None) -> dict:
+    """Keyword arguments of ``fn`` for one run, every one by name: the sources ``stage.args`` names
+    (:func:`binding_sources`; ``part``: the part file of a ``part_file`` stage), the task parameters ``fn``
+    names (dataclasses as dicts where ``fn`` takes a dict) and, for a parameter named in ``hooks`` that nothing
+    else binds, ``hooks[name]()`` (callbacks: progress, per-worker loading; left to the function's default
+    without one). The order of the declared reads and writes never matters (SPEC §1).
 
     Raises:
-        KeyError: an ``args`` source that is neither a declared path nor a task parameter.
+        BindingError: a declared read or write that no ``args`` entry takes, an ``fn`` parameter that no path,
+            task parameter, hook or default covers, or an ``args`` entry naming an unknown source or parameter
+            (each message names the stage and the path or parameter).
     """
-    sig = inspect.signature(fn)
-    reads, writes = stage.read_paths(data_dir, params), stage.write_paths(data_dir, params)
-    sources = {**stage_paths(stage, data_dir, **params), "*reads": reads, "*writes": writes, **params}
-    named = set(stage.args.values())
-    named |= set(reads) if "*reads" in named else set()
-    named |= set(writes) if "*writes" in named else set()
-    declared = {**reads, **writes}
-    free = [p for p in sig.parameters if p not in stage.args]
-    kwargs = dict(zip(free, [path for name, path in declared.items() if name not in named]))
-    kwargs.update({p: sources[src] for p, src in stage.args.items()})
+    sig, hooks = inspect.signature(fn), hooks or {}
+    sources = binding_sources(stage, data_dir, params, part)
+    _check_args(stage, sig, sources, params)
+    _check_paths_taken(stage, sources["*reads"], sources["*writes"], params)
+    _check_covered(stage, sig, params, hooks)
+    kwargs = {p: sources[_source_name(stage, src, params)] for p, src in stage.args.items()}
     for name, p in sig.parameters.items():
         if name in kwargs or name not in params:
             continue
         kwargs[name] = jsonable(params[name]) if p.annotation in (dict, "dict") else params[name]
-    if hooks is not None:
-        for hook in {"on_step", "on_progress"} & set(sig.parameters):
-            kwargs[hook] = hooks(hook)
+    for name in set(hooks) & set(sig.parameters) - set(kwargs):
+        kwargs[name] = hooks[name]()
     return kwargs

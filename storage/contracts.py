@@ -9,6 +9,10 @@ Code versions are per stage: sha256 over the source of the stage function and of
 declares, closed over their in-repo imports (:func:`module_closure`). Editing a module that a
 stage does not import leaves its version, and so its cache key, unchanged.
 
+Mapped stages (plan -> parts -> merge: segmentation, embedding) are declared the same way: ``part_file``
+for a step whose one file is named by its task's cache key, ``takes_parts`` for the parameters that carry
+such files' records (:mod:`storage.mapped`).
+
 The cache key that produced an output is stamped into it (:func:`stamp`, :func:`stamped_key`):
 ``produced_by`` in a table's ``manifest.json``, ``.producer.json`` in other folders. A cache hit
 is valid only while every declared output still carries the key (:meth:`Stage.outputs_carry`).
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from storage.atomic import atomic_write_text
+from storage.mapped import PARTS_ROOT
 from storage.tables import MANIFEST_NAME
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -104,17 +109,32 @@ class Stage:
             every field is reachable from ``--set``. Passed to ``fn``'s parameter of the same name.
         inputs: the stage task's parameters given by the flow's caller (input files, backbones, column
             mappings: ``files`` are among them), passed to ``fn`` by name.
-        args: how ``fn``'s other parameters are bound: ``{fn parameter: source}``, the source a declared
-            read, write or scratch name, a task parameter, ``"*reads"`` / ``"*writes"`` (``{name: path}`` of
-            all of them). Empty: ``fn`` takes the declared reads, then the writes, positionally.
+        args: how ``fn``'s parameters are given the declared paths, by name: ``{fn parameter: source}``, the
+            source a declared read, write or scratch name (``{param}`` placeholders as declared), a task
+            parameter, ``"*reads"`` / ``"*writes"`` (``{name: path}`` of all of them), ``"*part"`` (the part file
+            of a ``part_file`` stage) or ``"<param>.path"`` (the file of the record in ``takes_parts``
+            parameter ``param``). Every declared read and write is named here (or through ``*reads`` /
+            ``*writes``); :func:`storage.binding.bind` refuses a contract that leaves one out. Task parameters
+            reach ``fn``'s parameters of the same name without an entry.
         keep: the keys of ``fn``'s result the task returns (all when empty).
         gpu: the stage runs on a GPU (the task is retried once and tagged ``gpu``).
         files: names of task parameters that hold input files or folders outside the data dir
             (CSV export, stopwords, backbone checkpoints); their content enters the cache key.
         scratch: folders under the data dir it may also use that are not outputs (caches reused
-            across runs); never part of a cache key.
+            across runs); never part of a cache key. The part folders of a mapped stage (its own, and those
+            of the stages whose records it takes) are added from ``part_file`` / ``takes_parts``.
         defaults: values of the ``{param}`` placeholders when the task is called without them (the
             main job's paths); the lineage lists outputs under these names.
+        part_file: a mapped part (or a plan that stages files): the suffix of the one file it writes
+            (``".parquet"``, ``".npz"``; ``""``: a folder), named by its task's cache key under
+            ``cache/parts/<name>`` (:func:`storage.mapped.part_file`) and bound through ``"*part"``; its task
+            returns the function's result as a record whose ``path`` is relative to the data dir
+            (:func:`storage.mapped.carried_record`). Such a stage declares no ``writes``; its cache hit is valid
+            while the file exists.
+        takes_parts: ``{task parameter: mapped stage}``: parameters holding the records (one, or a list in
+            part order) that a ``part_file`` stage returned; their paths are made absolute before ``fn`` is
+            called. A stage that takes parts and has ``writes`` is a merge: once it has run, the part files of
+            those stages that its records do not name (earlier plans and parts) are removed.
     """
 
     name: str
@@ -131,17 +151,30 @@ class Stage:
     args: Mapping[str, str] = field(default_factory=dict)
     keep: tuple[str, ...] = ()
     gpu: bool = False
+    part_file: str | None = None
+    takes_parts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def parameters(self) -> tuple[str, ...]:
-        """The stage task's parameters after ``data_dir``: settings, inputs, then placeholders."""
-        return tuple(dict.fromkeys([*self.settings, *self.inputs, *self.files, *self.defaults]))
+        """The stage task's parameters after ``data_dir``: settings, inputs, records taken, files, then
+        placeholders."""
+        return tuple(dict.fromkeys([*self.settings, *self.inputs, *self.takes_parts, *self.files, *self.defaults]))
+
+    @property
+    def merges(self) -> bool:
+        """True for the merge of a mapped stage: it takes part records and writes declared outputs."""
+        return bool(self.takes_parts) and bool(self.writes)
 
     def __post_init__(self) -> None:
         untyped = [w for w in self.writes if not isinstance(w, Output)]
         if untyped:
             raise TypeError(f"stage {self.name}: outputs {untyped} have no kind (declare them with table(), "
                             "checkpoint(), folder() or versioned())")
+        if self.part_file is not None and self.writes:
+            raise ValueError(f"stage {self.name}: a part_file stage writes its part file only, not {list(self.writes)}")
+        mapped = ([self.name] if self.part_file is not None else []) + list(self.takes_parts.values())
+        parts = [f"{PARTS_ROOT}/{n}" for n in mapped]
+        object.__setattr__(self, "scratch", tuple(dict.fromkeys([*self.scratch, *parts])))
 
     def output_kinds(self, params: Mapping[str, Any] | None = None) -> dict[str, str]:
         """``{output name: kind}`` of the declared outputs (placeholders filled as in :meth:`write_paths`)."""

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from storage.hashing import file_sha256, json_sha256
+from storage.pointer import CURRENT, PointerError, read_pointer
 from storage.tables import MANIFEST_NAME, manifest_fingerprint
 
 
@@ -21,10 +22,12 @@ def path_fingerprint(path: str | os.PathLike) -> str:
     p = Path(path)
     if _is_table(p):
         return manifest_fingerprint(p)
-    current = p / "CURRENT"
-    if current.is_file() and (p / current.read_text().strip()).is_dir():
-        version = current.read_text().strip()
-        return json_sha256({"CURRENT": version, "entries": _folder_entries(p / version)})
+    try:
+        version = read_pointer(p)
+    except PointerError:
+        version = None  # an unreadable pointer: the folder fingerprinted as a whole
+    if version is not None and (p / version).is_dir():
+        return json_sha256({CURRENT: version, "entries": _folder_entries(p / version)})
     if p.is_dir():
         return json_sha256(_folder_entries(p))
     if p.is_file():

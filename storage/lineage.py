@@ -11,6 +11,7 @@ from typing import Iterable
 from storage.contracts import Stage, stamp_record, stamped_key
 from storage.fingerprint import path_fingerprint
 from storage.hashing import json_sha256
+from storage.pointer import read_pointer
 from storage.tables import MANIFEST_NAME
 
 
@@ -41,9 +42,8 @@ def _describe(kind: str, path: Path) -> dict:
             return {"kind": "table", "rows": man["rows"],
                     "inputs": {k: str(v)[:16] for k, v in man.get("inputs", {}).items()},
                     "config_sha256": json_sha256(man.get("config"))[:12], "code_version": man.get("code_version")}
-    current = path / "CURRENT"
-    if kind == "versioned" and current.is_file():
-        v = current.read_text().strip()
+    v = read_pointer(path) if kind == "versioned" else None
+    if v is not None:
         man = json.loads((path / v / "manifest.json").read_text(encoding="utf-8"))
         return {"kind": f"index ({v})", "rows": man.get("size"),
                 "inputs": {**{k: str(x)[:16] for k, x in man.get("inputs", {}).items()},

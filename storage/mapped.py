@@ -3,16 +3,22 @@
 A plan is a small JSON-able dict computed from the stage's input (its fingerprint and the row ranges of
 the parts), passed to every part as a parameter, so a part's cache key sees exactly what it will
 process. Each part writes one Parquet file named by its own cache key under the stage's part folder
-and returns its :func:`part_record` (path, sha256, rows); the merge gets the records as a parameter,
-reads the files in part order (verifying their sha256) and writes the stage's table. Parts can run in
-any order on any task runner (threads, Dask workers): the merged bytes are the same.
+(:func:`parts_dir`, :func:`part_file`) and returns its :func:`part_record` (path, sha256, rows); the merge
+gets the records as a parameter, reads the files in part order (verifying their sha256) and writes the
+stage's table. Parts can run in any order on any task runner (threads, Dask workers): the merged bytes are
+the same.
+
+Between tasks a record's ``path`` is relative to the data dir (:func:`carried_record`), so records, and the
+cache keys they enter, do not depend on where the data dir is; :func:`absolute_records` turns them back
+before a library function reads them. Which stage writes part files and which takes whose records is
+declared in its contract (``Stage.part_file``, ``Stage.takes_parts``: SPEC §1).
 """
 from __future__ import annotations
 
 import io
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
@@ -37,6 +43,11 @@ def plan_ranges(rows: int, n_parts: int) -> list[list[int]]:
     if n_parts < 1 or rows < 0:
         raise ValueError(f"need n_parts >= 1 and rows >= 0, got {n_parts}, {rows}")
     return [[i * rows // n_parts, (i + 1) * rows // n_parts] for i in range(n_parts)]
+
+
+def parts_dir(data_dir: str | os.PathLike, stage: str) -> Path:
+    """Where the mapped stage called ``stage`` writes its part files: ``data_dir/cache/parts/<stage>``."""
+    return Path(data_dir) / PARTS_ROOT / stage
 
 
 def part_file(parts_dir: str | os.PathLike, key: str, suffix: str = ".parquet") -> Path:
@@ -95,6 +106,32 @@ def iter_parts(records: list[dict], columns: list[str] | None = None) -> Iterato
 def part_record(path: str | os.PathLike) -> dict:
     """``{"path": str, "sha256": hex}`` of a written part file."""
     return {"path": str(path), "sha256": file_sha256(path)}
+
+
+def carried_record(result: Any, out: str | os.PathLike, data_dir: str | os.PathLike, **meta) -> dict:
+    """The record a part task returns for its part file (or folder) ``out`` under ``data_dir``: ``result``
+    (a dict, or a count: the rows written, as ``rows``), with the file's :func:`part_record` beneath it, ``path``
+    relative to ``data_dir`` and ``meta`` added."""
+    rec = dict(result) if isinstance(result, dict) else {"rows": result}
+    base = part_record(out) if Path(out).is_file() else {}
+    return {**base, **rec, "path": str(Path(out).relative_to(data_dir)), **meta}
+
+
+def absolute_records(value: Any, data_dir: str | os.PathLike) -> Any:
+    """Records carried between tasks (one dict, a list of them, or None) with ``path`` made absolute under
+    ``data_dir``; a record without ``path`` is returned unchanged."""
+    if isinstance(value, list):
+        return [absolute_records(v, data_dir) for v in value]
+    if isinstance(value, dict) and "path" in value:
+        return {**value, "path": str(Path(data_dir) / value["path"])}
+    return value
+
+
+def record_list(value: Any) -> list[dict]:
+    """The records in ``value`` (one dict, a list of dicts, or None) as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
 
 
 def read_parts(records: list[dict]) -> pd.DataFrame:

@@ -3,13 +3,14 @@
 The cache key of a stage task is sha256 over: the stage name, the task body's source, the stage's
 code version (its function, helpers and modules: per stage, not per package), its parameters
 (configs as JSON), the content fingerprints of the tables it reads (shards only) and of its input
-files. Config and code enter the producing stage's key, never a table's identity, so a stage whose
-output comes out byte-identical stops the re-runs below it (early cut-off).
+files (their content, not where they lie: a moved repository or corpus folder still hits). Config
+and code enter the producing stage's key, never a table's identity, so a stage whose output comes out
+byte-identical stops the re-runs below it (early cut-off).
 
 A hit counts only while the outputs are really there: every declared output carries the key in its
 manifest (``produced_by``) or ``.producer.json``, stamped right after the stage ran; a mapped part's
-file named by its key exists. Otherwise the cached record is dropped and the stage runs again (a
-folder deleted by hand, a profile switched A -> B -> A in one data dir).
+file named by its key (``Stage.part_file``) exists. Otherwise the cached record is dropped and the stage
+runs again (a folder deleted by hand, a profile switched A -> B -> A in one data dir).
 
 Results are JSON records in Prefect's local result storage. Before Prefect looks a key up, the key
 function parses the record as plain JSON (nothing in it is decoded or imported) and drops it unless every
@@ -30,9 +31,9 @@ from typing import Any, Callable
 from prefect import task
 
 from storage import json_sha256, path_fingerprint
-from storage.binding import jsonable  # noqa: F401  (re-exported: the tasks' results are made JSON-able)
+from storage.binding import jsonable
 from storage.contracts import Stage
-from storage.mapped import PARTS_ROOT, part_file
+from storage.mapped import part_file, parts_dir
 
 
 def record_path(key: str) -> Path:
@@ -96,16 +97,11 @@ def drop_record(key: str) -> None:
     record_path(key).unlink(missing_ok=True)
 
 
-def parts_dir(data_dir: str | Path, stage: Stage) -> Path:
-    """Where a mapped stage's parts are written: ``data_dir/cache/parts/<stage name>``."""
-    return Path(data_dir) / PARTS_ROOT / stage.name
-
-
-def stage_cache_key(stage: Stage, task_source: str, part: str | None = None) -> Callable[[Any, dict], str]:
+def stage_cache_key(stage: Stage, task_source: str) -> Callable[[Any, dict], str]:
     """A Prefect ``cache_key_fn`` for ``stage`` (see the module docstring). ``task_source``: the task body's
     source, read once where the task is defined (a task shipped by value to a Dask worker process has no source
-    file to read there). With ``part`` (a file suffix such as ``".parquet"``, or ``""`` for a folder), the stage
-    is a mapped part (or plan) whose output is what :func:`storage.mapped.part_file` names by the key."""
+    file to read there). A mapped part (or plan) declaring ``part_file`` is valid while the file (or folder)
+    that :func:`storage.mapped.part_file` names by the key exists."""
 
     def key(context, parameters: dict) -> str:
         data_dir = Path(parameters["data_dir"])
@@ -116,12 +112,12 @@ def stage_cache_key(stage: Stage, task_source: str, part: str | None = None) -> 
             "stage": stage.name,
             "task": task_source,
             "code": stage.code_version(),
-            "params": jsonable({n: v for n, v in parameters.items() if n != "data_dir"}),
+            "params": jsonable({n: v for n, v in parameters.items() if n != "data_dir" and n not in stage.files}),
             "inputs": {n: path_fingerprint(p) for n, p in stage.read_paths(data_dir, parameters).items()},
             "files": {p: path_fingerprint(parameters[p]) for p in stage.files if parameters.get(p)},
         })
-        valid = (part_file(parts_dir(data_dir, stage), k, part).exists() if part is not None
-                 else stage.outputs_carry(data_dir, k, parameters))
+        valid = (part_file(parts_dir(data_dir, stage.name), k, stage.part_file).exists()
+                 if stage.part_file is not None else stage.outputs_carry(data_dir, k, parameters))
         record = record_path(k)
         if record.exists() and not (valid and record_is_safe(record)):
             drop_record(k)
@@ -170,17 +166,19 @@ def _plain_result(fn: Callable) -> Callable:
     return run
 
 
-def stage_task(stage: Stage, *, part: str | None = None, **options) -> Callable[[Callable], Any]:
+def stage_task(stage: Stage, *, source: str = "", **options) -> Callable[[Callable], Any]:
     """Decorator: the Prefect task of ``stage``, named after it, cached by :func:`stage_cache_key`, its
-    result persisted as JSON, its outputs stamped with the key after it ran.
+    result persisted as JSON, its declared outputs stamped with the key after it ran (a ``part_file`` stage
+    has none: its file is named by the key).
 
-    The decorated function takes ``data_dir`` as its first parameter. ``options`` go to ``prefect.task``
-    (retries for GPU work, tags). ``part``: see :func:`stage_cache_key`.
+    The decorated function takes ``data_dir`` as its first parameter. ``source``: more code whose text enters
+    the cache key beside the function's own (the helpers a generic body calls). ``options`` go to
+    ``prefect.task`` (retries for GPU work, tags).
     """
 
     def decorate(fn: Callable):
-        body = _plain_result(fn if part is not None or not stage.writes else _stamping(stage, fn))
-        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, inspect.getsource(body), part),
+        body = _plain_result(fn if stage.part_file is not None or not stage.writes else _stamping(stage, fn))
+        return task(name=stage.name, cache_key_fn=stage_cache_key(stage, inspect.getsource(body) + source),
                     persist_result=True, result_serializer="json", **options)(body)
 
     return decorate

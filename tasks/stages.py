@@ -1,11 +1,14 @@
-"""Prefect tasks of the pipeline stages: one generic task per stage contract, plus the mapped stages' parts.
+"""Prefect tasks of the pipeline stages: one generic task per stage contract (SPEC §1), mapped stages included.
 
 :func:`task_of` makes the task of any :class:`storage.contracts.Stage`: named after it, cached by its
 contract (:func:`tasks.caching.stage_task`), its parameters those the contract declares (``data_dir``,
-settings, inputs, placeholders), its body :func:`run_stage`: bind the declared paths and parameters to the
-library function (:func:`bind`), call it, publish the stage's artifacts (:mod:`tasks.artifacts`). The mapped
-stages (plan -> parts -> merge: segmentation, embedding) and the crawl keep their own small tasks below:
-their part files are named by the running task's cache key. Retries only on GPU-bound tasks and the crawl.
+settings, inputs, records taken, files, placeholders), its body :func:`run_stage`: bind the declared paths and
+parameters to the library function by name (:func:`bind`), call it, publish the stage's artifacts
+(:mod:`tasks.artifacts`). The steps of a mapped stage (plan -> parts -> merge: segmentation, embedding) run
+through :func:`run_mapped`, which owns the part files' paths: a part's file named by the task's cache key
+under the stage's part folder, records carried between tasks with data-dir relative paths and made absolute
+once before the library function is called, the part files of earlier runs pruned after the merge. The crawl
+keeps its own small tasks (not cached: it looks at the web). Retries only on GPU-bound tasks and the crawl.
 """
 from __future__ import annotations
 
@@ -19,54 +22,83 @@ from corpus import stages as text
 from crawler import stages as crawler_stages
 from model import stages as mstages
 from retrieval import contracts as R
-from retrieval import stages as rstages
-from retrieval.chunks import ChunkConfig
-from retrieval.hybrid import FusionConfig
-from retrieval.index import IndexConfig
-from retrieval.sparse import SparseConfig
+from retrieval.retrievers import query_index
 from storage import layout as L
-from storage.binding import bind, stage_function, stage_paths
+from storage.binding import bind, stage_function
 from storage.contracts import Registry, Stage
-from storage.mapped import part_file, part_record, prune_parts
+from storage.mapped import absolute_records, carried_record, part_file, parts_dir, prune_parts, record_list
 from tasks.artifacts import publish
-from tasks.caching import current_key, jsonable, parts_dir, stage_task
+from tasks.caching import current_key, jsonable, stage_task
 from tasks.progress import crawl_rate_limit, progress_artifact
 from tasks.workers import per_worker
 
 GPU = {"retries": 1, "retry_delay_seconds": 10, "tags": ["gpu"]}
 
 
-_paths = stage_paths
+def _hooks(stage: Stage, data_dir: str, params: Mapping[str, Any]) -> dict[str, Callable[[], Callable]]:
+    """The callbacks a stage function may take, made when bound: ``on_step`` / ``on_progress`` (a progress
+    artifact named after the stage, and its part for a mapped part) and ``load_encoder`` (the model loaded once
+    per Dask worker for its content hash: :func:`tasks.workers.per_worker`)."""
+    part = f"-{params['part']}" if params.get("part") is not None else ""
+    what = ", ".join(stage.write_paths(data_dir, params)) or f"part {params.get('part')}"
+
+    def progress() -> Callable:
+        return progress_artifact(f"{stage.name}-progress{part}", f"{stage.name} steps ({what})")
+
+    def loader() -> Callable:
+        return lambda load, key: per_worker((stage.name, str(data_dir), key), load)
+
+    return {"on_step": progress, "on_progress": progress, "load_encoder": loader}
 
 
-def _progress_hooks(stage: Stage, data_dir: str, params: Mapping[str, Any]) -> Callable[[str], Callable]:
-    """``on_step`` / ``on_progress`` callbacks of ``stage``: a progress artifact named after it."""
-    def hook(_name: str) -> Callable:
-        outs = ", ".join(stage.write_paths(data_dir, params))
-        return progress_artifact(f"{stage.name}-progress", f"{stage.name} steps ({outs})")
+def run_stage(stage: Stage, fn: Callable, data_dir: str, params: dict, part: Path | None = None) -> Any:
+    """Call ``fn`` with its arguments bound from the contract (``part``: a part file, see :func:`bind`), publish
+    the stage's artifacts; returns the result (its ``keep`` keys)."""
+    out = fn(**bind(stage, fn, data_dir, params, _hooks(stage, data_dir, params), part))
+    publish(stage.name, out, stage.write_paths(data_dir, params))
+    return {k: out[k] for k in stage.keep} if stage.keep else out
 
-    return hook
+
+def run_mapped(stage: Stage, fn: Callable, data_dir: str, params: dict) -> Any:
+    """A step of a mapped stage (SPEC §1): the records in its ``takes_parts`` parameters made absolute, its part
+    file (``part_file``) named by the running task's cache key, :func:`run_stage`; a part returns its record with
+    the path relative to ``data_dir``; a merge then removes the part files its records do not name."""
+    records = {p: absolute_records(params.get(p), data_dir) for p in stage.takes_parts}
+    part = (part_file(parts_dir(data_dir, stage.name), current_key(), stage.part_file)
+            if stage.part_file is not None else None)
+    out = run_stage(stage, fn, data_dir, {**params, **records}, part)
+    if stage.merges:
+        for param, producer in stage.takes_parts.items():
+            prune_parts(parts_dir(data_dir, producer), record_list(records[param]))
+    if part is None:
+        return out
+    return carried_record(out, part, data_dir, **({"part": params["part"]} if "part" in params else {}))
 
 
 def task_of(stage: Stage):
     """The Prefect task of ``stage``: ``task(data_dir, *stage.parameters)`` (see the module docstring)."""
     fn = stage_function(stage)
-    names = ["data_dir", *stage.parameters]
-    fn_params = inspect.signature(fn).parameters
-    sig = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                               default=_default(stage, n, fn_params)) for n in names])
+    sig = _task_signature(stage, fn)
+    body = run_mapped if stage.part_file is not None or stage.takes_parts else run_stage
 
     def run(*args, **kwargs):
-        params = sig.bind(*args, **kwargs)
-        params.apply_defaults()
-        data_dir, params = params.arguments["data_dir"], {k: v for k, v in params.arguments.items() if k != "data_dir"}
-        out = fn(**bind(stage, fn, data_dir, params, _progress_hooks(stage, data_dir, params)))
-        publish(stage.name, out, stage.write_paths(data_dir, params))
-        return {k: out[k] for k in stage.keep} if stage.keep else out
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        params = dict(bound.arguments)
+        return body(stage, fn, params.pop("data_dir"), params)
 
     run.__signature__ = sig
     run.__name__ = run.__qualname__ = stage.name.replace("-", "_")
-    return stage_task(stage, **(GPU if stage.gpu else {}))(run)
+    helpers = "".join(inspect.getsource(f) for f in (body, run_stage, _hooks))
+    return stage_task(stage, source=helpers, **(GPU if stage.gpu else {}))(run)
+
+
+def _task_signature(stage: Stage, fn: Callable) -> inspect.Signature:
+    """``(data_dir, *stage.parameters)``, each parameter with its :func:`_default`."""
+    fn_params = inspect.signature(fn).parameters
+    return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                default=_default(stage, n, fn_params))
+                              for n in ["data_dir", *stage.parameters]])
 
 
 def _default(stage: Stage, name: str, fn_params: Mapping[str, inspect.Parameter]):
@@ -84,12 +116,17 @@ import_documents = task_of(text.IMPORT)
 clean = task_of(text.CLEAN)
 sentences = task_of(text.SENTENCES)
 segment_plan = task_of(text.SEGMENT_PLAN)
+segment_part = task_of(text.SEGMENT_PART)
+segment = task_of(text.SEGMENT)
 vocab = task_of(text.VOCAB)
 datasets = task_of(text.DATASETS)
 dataset_report = task_of(text.REPORT)
 pretrain_data = task_of(mstages.PRETRAIN_DATA)
 pretrain = task_of(mstages.PRETRAIN)
 finetune = task_of(mstages.FINETUNE)
+index_plan = task_of(R.INDEX_PLAN)
+embed_part = task_of(R.EMBED_PART)
+index = task_of(R.INDEX)
 evaluate_retrieval = task_of(R.EVALUATE)
 
 
@@ -108,10 +145,10 @@ def crawl_source(data_dir: str, source_id: str, registry: str | None = None, ref
     from crawler.crawl import CrawlConfig
     from crawler.registry import DEFAULT_REGISTRY
 
-    p = _paths(crawler_stages.CRAWL_SOURCE, data_dir)
-    return jsonable(crawler_stages.crawl_source_stage(p["crawl"], Path(data_dir) / L.DOCUMENTS, source_id,
-                                                      registry or DEFAULT_REGISTRY, CrawlConfig(refresh=refresh),
-                                                      before_request=crawl_rate_limit))
+    stage, params = crawler_stages.CRAWL_SOURCE, {"source_id": source_id, "registry": registry or DEFAULT_REGISTRY,
+                                                  "cfg": CrawlConfig(refresh=refresh)}
+    fn = stage_function(stage)
+    return jsonable(fn(**bind(stage, fn, data_dir, params, {"before_request": lambda: crawl_rate_limit})))
 
 
 @task(name=crawler_stages.CRAWL_MERGE.name)
@@ -127,9 +164,9 @@ def crawl_merge(data_dir: str, registry: str | None, refresh: bool, source_ids: 
     registry = registry or DEFAULT_REGISTRY
     recs = [r if isinstance(r, dict) else unreachable_record(source_by_id(registry, sid), r)
             for sid, r in zip(source_ids, records)]
-    p = _paths(crawler_stages.CRAWL_MERGE, data_dir)
-    stats = crawler_stages.merge_crawl(recs, p["documents"], p["crawl_failures"], p["crawl_diff"], registry,
-                                       CrawlConfig(refresh=refresh), p["crawl"])
+    stage, fn = crawler_stages.CRAWL_MERGE, stage_function(crawler_stages.CRAWL_MERGE)
+    params = {"records": recs, "registry": registry, "cfg": CrawlConfig(refresh=refresh)}
+    stats = fn(**bind(stage, fn, data_dir, params))
     names = {r["source_id"]: r["name"] for r in recs}
     create_table_artifact(key="crawl-diff", description="Crawl diff per source (documents by status)",
                           table=[{"source": names.get(sid, sid), "source_id": sid, **counts}
@@ -137,72 +174,10 @@ def crawl_merge(data_dir: str, registry: str | None, refresh: bool, source_ids: 
     return stats
 
 
-@stage_task(text.SEGMENT_PART, part=".parquet")
-def segment_part(data_dir: str, plan: dict, part: int, backend: str = "auto", user_dict: str | None = None) -> dict:
-    """Segment part ``part`` of ``plan`` into a part file named by this task's cache key (mapped); the
-    record's path is relative to ``data_dir``."""
-    p = _paths(text.SEGMENT_PART, data_dir)
-    out = part_file(parts_dir(data_dir, text.SEGMENT_PART), current_key())
-    rec = text.segment_part(p["sentences"], plan, part, out, backend, user_dict, cache_root=p["cache/segments"])
-    return {**rec, "path": str(out.relative_to(data_dir))}
-
-
-@stage_task(text.SEGMENT)
-def segment(data_dir: str, backend: str = "auto", user_dict: str | None = None, parts: list[dict] | None = None) -> dict:
-    """Merge the part files (``parts``: the part records in part order) into ``segments``; part files of
-    earlier plans are removed."""
-    p = _paths(text.SEGMENT, data_dir)
-    parts = [{**r, "path": str(Path(data_dir) / r["path"])} for r in parts or []]
-    out = text.merge_segments(p["sentences"], parts, p["segments"], backend, user_dict, cache_root=p["cache/segments"])
-    prune_parts(parts_dir(data_dir, text.SEGMENT_PART), parts)
-    return out
-
-
-@stage_task(R.INDEX_PLAN, part="")
-def index_plan(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig) -> dict:
-    """Chunk the cleaned corpus and plan the refresh (which chunks to embed, which reuse stored vectors) in a
-    staging folder named by this task's cache key; the plan (with that folder) is passed to the parts."""
-    p = _paths(R.INDEX_PLAN, data_dir)
-    staging = part_file(parts_dir(data_dir, R.INDEX_PLAN), current_key(), "")
-    out = rstages.index_plan_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, staging=staging)
-    return {**out, "staging": str(staging.relative_to(data_dir))}
-
-
-@stage_task(R.EMBED_PART, part=".npz", **GPU)
-def embed_part(data_dir: str, plan: dict, part: int, n_parts: int, batch_size: int = 64) -> dict:
-    """Embed slice ``part`` of the planned chunks into a part file named by this task's cache key (mapped);
-    returns its record (path relative to ``data_dir``, sha256, rows). On a Dask worker the encoder is loaded
-    once per worker for the plan's model (:func:`tasks.workers.per_worker`)."""
-    p = _paths(R.EMBED_PART, data_dir)
-    out = part_file(parts_dir(data_dir, R.EMBED_PART), current_key(), ".npz")
-    rows = rstages.index_embed_part_stage(
-        p[R.ENCODER], p["index"], part, n_parts, batch_size, staging=Path(data_dir) / plan["staging"], out_file=out,
-        on_progress=progress_artifact(f"{R.EMBED_PART.name}-progress-{part}", f"chunk windows embedded, part {part}"),
-        load_encoder=lambda load, key: per_worker(("encoder", str(p[R.ENCODER]), key), load))
-    return {**part_record(out), "path": str(out.relative_to(data_dir)), "rows": rows, "part": part}
-
-
-@stage_task(R.INDEX, **GPU)
-def index(data_dir: str, cfg: ChunkConfig, index_cfg: IndexConfig, batch_size: int = 64, n_parts: int = 1,
-          sparse: SparseConfig = SparseConfig(), fusion: FusionConfig = FusionConfig(), plan: dict | None = None,
-          parts: list[dict] | None = None) -> dict:
-    """Publish the planned refresh with the embedded ``parts`` as ``index/vN`` (dense, BM25 side with ``sparse``,
-    hybrid weights fitted with ``fusion``) and switch ``index/CURRENT`` (only new/changed chunks embedded);
-    plans and parts of earlier refreshes are pruned."""
-    p = _paths(R.INDEX, data_dir)
-    staging = Path(data_dir) / plan["staging"]
-    parts = [{**r, "path": str(Path(data_dir) / r["path"])} for r in parts or []]
-    out = rstages.index_publish_stage(p["documents_clean"], p[R.ENCODER], p["index"], cfg, index_cfg, n_parts,
-                                      batch_size, staging=staging, parts=parts, sparse=sparse, fusion=fusion)
-    prune_parts(parts_dir(data_dir, R.INDEX_PLAN), [{"path": str(staging)}])
-    prune_parts(parts_dir(data_dir, R.EMBED_PART), parts)
-    return out
-
-
 @task(name="sample-query")
 def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
     """Top-k hits for one query against the serving index (not cached: it reads the live index)."""
-    hits = rstages.query_index(R.INDEX.write_paths(data_dir)["index"], query, k)
+    hits = query_index(R.INDEX.write_paths(data_dir)["index"], query, k)
     return [{"score": h["score"], "title": h["title"], "source": h["source"], "url": h["url"],
              "doc_id": h["doc_id"]} for h in hits]
 

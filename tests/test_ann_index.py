@@ -16,14 +16,17 @@ import pandas as pd
 import pytest
 
 from retrieval.chunks import CHUNK_COLUMNS, chunk_id
-from retrieval.index import (IndexConfig, ann_recall_report, build_index, build_index_with_report, load_index,
-                             publish_index, refresh_index, resolve_kind, search_params, search_rows)
+from retrieval.build import refresh_index
+from retrieval.dense import (IndexConfig, ann_recall_report, build_index, build_index_with_report, resolve_kind,
+                             search_params, search_rows)
+from retrieval.versions import load_version, publish_version
 
 DIM, TOPICS = 64, 50
 
 
 class TopicEncoder:
-    """texts -> (n, 64) unit vectors: topic centre (seed 0) + 0.15 x noise seeded by sha256(text); counts texts."""
+    """Passage vectors (n, 64), unit length: topic centre (seed 0) + 0.15 x noise seeded by sha256(text); counts
+    texts."""
 
     def __init__(self):
         rng = np.random.default_rng(0)
@@ -31,7 +34,7 @@ class TopicEncoder:
         self.centres = c / np.linalg.norm(c, axis=1, keepdims=True)
         self.texts = 0
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def encode_corpus(self, texts: list[str]) -> np.ndarray:
         self.texts += len(texts)
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
@@ -54,7 +57,7 @@ def make_chunks(n: int, tag: str = "") -> pd.DataFrame:
 def data():
     enc = TopicEncoder()
     chunks = make_chunks(5000)
-    return chunks, enc(chunks["text"].tolist()), chunks["chunk_id"].to_numpy(np.int64)
+    return chunks, enc.encode_corpus(chunks["text"].tolist()), chunks["chunk_id"].to_numpy(np.int64)
 
 
 def _inner(index: faiss.Index) -> faiss.Index:
@@ -115,8 +118,8 @@ def test_builds_are_deterministic_and_reload_answers_the_same(tmp_path, data, an
     cfg = IndexConfig(ann_min_vectors=4000, ann_kind=ann_kind)
     a, b = build_index(vecs, ids, cfg), build_index(vecs, ids, cfg)
     assert np.array_equal(faiss.serialize_index(a), faiss.serialize_index(b))
-    publish_index(tmp_path, a, chunks, {"model_id": "m"}, vecs)
-    loaded, _, _ = load_index(tmp_path)
+    publish_version(tmp_path, a, chunks, {"model_id": "m"}, vecs)
+    loaded, _, _ = load_version(tmp_path)
     q = np.ascontiguousarray(vecs[::25] + 0.05)
     for k in (10, 100):  # 100: the depth hybrid search asks of the dense side
         sa, ia = a.search(q, k)
@@ -128,9 +131,9 @@ def test_refresh_keeps_working_with_an_ann_index(tmp_path):
     enc = TopicEncoder()
     cfg = IndexConfig(ann_min_vectors=4000, ann_kind="hnsw")
     ch1 = make_chunks(5000)
-    s1 = refresh_index(tmp_path, ch1, enc, "m1", cfg)
+    s1 = refresh_index(tmp_path, ch1, enc.encode_corpus, "m1", cfg)
     assert s1["full_rebuild"] and enc.texts == 5000 and s1["index_kind"] == "hnsw" and s1["ann_recall@10"] >= 0.9
-    _, _, man1 = load_index(tmp_path)
+    _, _, man1 = load_version(tmp_path)
     assert man1["ann"]["kind"] == "hnsw" and man1["ann"]["recall@10"] == s1["ann_recall@10"]
     # edit 40 chunks, drop the last 20 documents (200 chunks), add 6 new documents (60 chunks)
     ch2 = pd.concat([make_chunks(4800), make_chunks(5060).iloc[5000:]], ignore_index=True)
@@ -138,12 +141,12 @@ def test_refresh_keeps_working_with_an_ann_index(tmp_path):
     ch2.loc[edited, "text"] = ch2.loc[edited, "text"] + " edited"
     ch2.loc[edited, "chunk_id"] = [chunk_id(d, t) for d, t in zip(ch2.loc[edited, "doc_id"], ch2.loc[edited, "text"])]
     enc.texts = 0
-    s2 = refresh_index(tmp_path, ch2, enc, "m1", cfg)
+    s2 = refresh_index(tmp_path, ch2, enc.encode_corpus, "m1", cfg)
     assert not s2["full_rebuild"] and s2["embedded"] == enc.texts == 40 + 60 and s2["removed"] == 200 + 40
     assert s2["index_kind"] == "hnsw" and s2["size"] == len(ch2) and s2["ann_recall@10"] >= 0.9
-    index, chunks, man2 = load_index(tmp_path)
+    index, chunks, man2 = load_version(tmp_path)
     stored = np.load(tmp_path / man2["version"] / "embeddings.npy")
-    assert np.allclose(stored, enc(ch2["text"].tolist()), atol=1e-6)  # reused + fresh vectors, in chunk order
+    assert np.allclose(stored, enc.encode_corpus(ch2["text"].tolist()), atol=1e-6)  # reused + fresh vectors, in chunk order
     # 340 of 4,860 vectors changed (< rebuild_share): the HNSW graph is edited in place, removed nodes tombstoned
     ann = man2["ann"]
     assert s2["index_in_place"] and ann["in_place"] and ann["built_in"] == "v1" and ann["tombstones"] == 240
@@ -157,24 +160,25 @@ def test_refresh_keeps_working_with_an_ann_index(tmp_path):
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, full_rows)]) >= 0.95
     # past rebuild_share the index is rebuilt: the one a full build over the same vectors gives (deterministic)
     enc.texts = 0
-    s2b = refresh_index(tmp_path, ch2, enc, "m1", IndexConfig(ann_min_vectors=4000, ann_kind="hnsw", rebuild_share=0.0))
+    s2b = refresh_index(tmp_path, ch2, enc.encode_corpus, "m1",
+                        IndexConfig(ann_min_vectors=4000, ann_kind="hnsw", rebuild_share=0.0))
     assert not s2b["index_in_place"] and enc.texts == 0
-    index, _, man2b = load_index(tmp_path)
+    index, _, man2b = load_version(tmp_path)
     assert man2b["ann"]["tombstones"] == 0 and "drift" in man2b["ann"]["rebuilt"]
     assert np.array_equal(faiss.serialize_index(index), faiss.serialize_index(rebuilt))
     # another ANN kind: only the FAISS structure is rebuilt, nothing re-embedded
     enc.texts = 0
     ivf = IndexConfig(ann_min_vectors=4000, ann_kind="ivf")
-    s3 = refresh_index(tmp_path, ch2, enc, "m1", ivf)
+    s3 = refresh_index(tmp_path, ch2, enc.encode_corpus, "m1", ivf)
     assert s3["embedded"] == enc.texts == 0 and s3["index_kind"] == "ivf" and s3["ann_recall@10"] >= 0.9
     assert not s3["index_in_place"]
     # IVF is edited in place too: removed ids leave their lists
-    s3b = refresh_index(tmp_path, ch2.iloc[:4700], enc, "m1", ivf)
-    index, _, man3b = load_index(tmp_path)
+    s3b = refresh_index(tmp_path, ch2.iloc[:4700], enc.encode_corpus, "m1", ivf)
+    index, _, man3b = load_version(tmp_path)
     assert s3b["index_in_place"] and index.ntotal == 4700 and man3b["ann"]["tombstones"] == 0
     kept = search_rows(index, stored[:4700], 1, {int(c): k for k, c in enumerate(ch2["chunk_id"].iloc[:4700])})[0]
     assert np.mean([r[:1] == [k] for k, r in enumerate(kept)]) >= 0.95
     # shrinking below the threshold gives an exact index again
-    s4 = refresh_index(tmp_path, ch2.iloc[:3000], enc, "m1", IndexConfig(ann_min_vectors=4000))
+    s4 = refresh_index(tmp_path, ch2.iloc[:3000], enc.encode_corpus, "m1", IndexConfig(ann_min_vectors=4000))
     assert s4["index_kind"] == "flat" and s4["ann_recall@10"] is None and enc.texts == 0
-    assert load_index(tmp_path)[2]["ann"]["exact"]
+    assert load_version(tmp_path)[2]["ann"]["exact"]

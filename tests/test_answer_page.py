@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.answer_builders import build_data_dir, fit_test_scorer
+from tests.answer_builders import build_data_dir
 
 
 @pytest.mark.slow
@@ -21,7 +21,6 @@ def test_page_in_chromium_shows_answer_and_source(tmp_path):
         pytest.skip(str(exc))
     tok = make_tokenizer("auto")
     data = build_data_dir(tmp_path, tok)
-    fit_test_scorer(data, tok).save(data / "answers" / "scorer.json")
     with served(data) as url:
         got = ask_in_browser(url, ["？？？", "生态环境工作现就哪些方面提出意见？"], tmp_path / "page.png")
     bad, good = got

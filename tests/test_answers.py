@@ -25,9 +25,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, tok):
-    d = build_data_dir(tmp_path_factory.mktemp("answers"), tok)
-    fit_test_scorer(d, tok).save(d / "answers" / "scorer.json")
-    return d
+    return build_data_dir(tmp_path_factory.mktemp("answers"), tok)
 
 
 @pytest.fixture(scope="module")
@@ -115,10 +113,18 @@ def test_metrics():
 
 
 @pytest.mark.slow
-def test_scorer_is_plain_json_and_missing_scorer_says_how_to_fit(tmp_path, data):
-    from answers.scorer import AnswerScorer, ScorerMissingError, load_scorer
+def test_scorer_is_plain_json_pinned_in_the_version_and_a_refused_one_says_why(tmp_path, data, tok):
+    from answers import Answerer
+    from answers.backend import SearchBackend
+    from answers.scorer import AnswerScorer, ScorerMissingError, parse_scorer
+    from retrieval.parts import version_identity
+    from tests.answer_builders import publish
 
-    s = load_scorer(data)
+    backend = SearchBackend(data / "index", tokenizer=tok)
+    s = backend.scorer
+    rec = backend.bundle.manifest["parts"]["answer_scorer"]
+    assert rec["provenance"]["encoder_model_id"] == backend.model_id == version_identity(backend.bundle.manifest)[
+        "encoder_model_id"]
     text = s.to_json()
     d = json.loads(text)
     assert d["format"] == 2 and d["span"]["kind"] == "trees" and d["span"]["trees"] and d["doc"]["link"] == "logistic"
@@ -127,16 +133,17 @@ def test_scorer_is_plain_json_and_missing_scorer_says_how_to_fit(tmp_path, data)
     x = np.random.default_rng(0).normal(size=(4, len(s.doc.names)))
     y = np.random.default_rng(1).normal(size=(4, len(s.span.names)))
     assert np.allclose(again.doc.predict(x), s.doc.predict(x)) and np.allclose(again.span.predict(y), s.span.predict(y))
-    assert 0 < s.calibrate(np.array([0.5]))[0] < 1 and np.allclose(again.calibrate([0.5, -2.0]), s.calibrate([0.5, -2.0]))
-    os.environ["POLICYBERT_ANSWER_SCORER"] = str(tmp_path / "nowhere.json")
-    try:
-        with pytest.raises(ScorerMissingError, match="flows.answer_eval"):
-            load_scorer(tmp_path)
-    finally:
-        del os.environ["POLICYBERT_ANSWER_SCORER"]
-    (tmp_path / "bad.json").write_text('{"format": 2}')
+    assert np.allclose(again.calibrate([0.5, -2.0]), s.calibrate([0.5, -2.0]))
+    # a scorer fitted over another encoder is refused at publication: the version says why, answers say it
+    other = json.loads(text)
+    other["info"]["provenance"]["encoder_model_id"] = "0123456789abcdef"
+    (tmp_path / "other.json").write_text(json.dumps(other), encoding="utf-8")
+    d2 = tmp_path / "d2"
+    publish(d2, data.parent / "models" / "finetune", tok, tmp_path / "other.json")
+    with pytest.raises(ScorerMissingError, match="fitted with another encoder_model_id '0123456789abcdef'"):
+        Answerer(d2, tokenizer=tok).answer("职业教育工作现就哪些方面提出意见？", 1)
     with pytest.raises(ValueError, match="not a readable answer scorer"):
-        load_scorer(tmp_path, tmp_path / "bad.json")
+        parse_scorer('{"format": 2}')
 
 
 @pytest.mark.slow
@@ -155,6 +162,46 @@ def test_answers_point_into_the_cleaned_text_one_per_document(answerer, data):
         assert 0.0 <= a["score"] <= 1.0 and a["title"]
     assert res["answers"][0]["doc_id"] == "d3" and "产教融合" in res["answers"][0]["text"]
     assert [a["score"] for a in res["answers"]] == sorted((a["score"] for a in res["answers"]), reverse=True)
+
+
+class _CountingBackend:
+    """A search backend whose ``tokenize`` calls are recorded (the answer side's; the search segments on its own)."""
+
+    def __init__(self, backend):
+        self.backend, self.calls = backend, []
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def tokenize(self, texts):
+        self.calls.append(list(texts))
+        return self.backend.tokenize(texts)
+
+
+@pytest.mark.slow
+def test_prepare_segments_the_question_once_into_typed_candidates(data, tok):
+    from dataclasses import replace as dc_replace
+
+    from answers.answer import AnswerConfig, prepare
+    from answers.backend import SearchBackend
+    from answers.features import DOC_FEATURES, SPAN_FEATURES, DocCandidates
+
+    backend = _CountingBackend(SearchBackend(data / "index", tokenizer=tok))
+    q = "职业教育工作现就哪些方面提出意见？"
+    cfg = dc_replace(AnswerConfig(), max_docs=3)
+    prep = prepare(q, backend, backend.store, cfg, extra_doc="d0", cache=None)  # cold: every entry built here
+    assert sum(q in texts for texts in backend.calls) == 1 and [q] in backend.calls
+    assert len(backend.calls) == 1 + len(prep.docs)  # the question, then each document's sentences and title
+    assert all(isinstance(d, DocCandidates) for d in prep.docs) and len(prep.docs) == 4
+    assert [d.extra for d in prep.docs] == [False] * 3 + [True] and prep.docs[-1].doc_id == "d0"
+    assert prep.docs[-1].hits == [] and prep.docs[-1].first_hit == cfg.search_k
+    assert prep.doc_x.shape == (4, len(DOC_FEATURES)) and prep.span_x.shape == (len(prep.spans), len(SPAN_FEATURES))
+    assert [d.first_hit for d in prep.docs[:3]] == sorted(d.first_hit for d in prep.docs[:3])
+    for g, d in enumerate(prep.docs):
+        assert len(d.bm) == len(d.dense) == len(d.sentences) and d.static.shape[0] == len(d.spans) > 0
+        assert [prep.spans[i] for i in np.flatnonzero(prep.span_doc == g)] == d.spans
+        assert all(0 <= sp.start < sp.end <= len(d.text) for sp in d.spans) and backend.store.get(d.doc_id)[0] == d.text
+        assert all(h["doc_id"] == d.doc_id and h["rank"] >= d.first_hit for h in d.hits)
 
 
 @pytest.mark.slow
@@ -211,7 +258,7 @@ def test_page_checks_input_keeps_serving_and_reads_current_per_request(data, ans
     before = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
     c = TestClient(create_app(answerer))
     assert c.get("/").status_code == 200
-    bad = [("q=&k=3", "empty"), ("q=" + "a" * 1_000_001 + "&k=3", "over the limit"),
+    bad = [("q=&k=3", "empty"), ("q=" + "a" * 1001 + "&k=3", "over the limit"),  # a bigger body: 413
            ("q=%EF%BC%9F%EF%BC%9F&k=3", "letters or digits"), ("q=%FF%FE&k=3", "UTF-8"), ("q=abc&k=0", "between 1"),
            ("q=abc&k=x", "integer")]
     for body, match in bad:
@@ -253,20 +300,19 @@ def test_answer_library_and_its_clis_do_not_import_prefect():
     assert out.stdout.strip() == "0"
 
 
-def test_a_scorer_fitted_on_other_features_is_refused(tmp_path):
+def test_a_scorer_fitted_on_other_features_is_refused():
     """A scorer file from code that computed other features would score garbage silently: it is refused."""
     from answers.features import DOC_FEATURES, SPAN_FEATURES
-    from answers.scorer import AnswerScorer, LinearModel, load_scorer
+    from answers.scorer import AnswerScorer, LinearModel, parse_scorer
 
     def model(names):
         return LinearModel(list(names), [0.0] * len(names), [1.0] * len(names), [0.1] * len(names), 0.0)
 
     good = AnswerScorer(model(DOC_FEATURES), model(SPAN_FEATURES))
-    path = good.save(tmp_path / "answers" / "scorer.json")
-    assert load_scorer(tmp_path).span.names == list(SPAN_FEATURES)
-    AnswerScorer(model(DOC_FEATURES), model(SPAN_FEATURES[:-1] + ("novel",))).save(path)
+    assert parse_scorer(good.to_json()).span.names == list(SPAN_FEATURES)
+    bad = AnswerScorer(model(DOC_FEATURES), model(SPAN_FEATURES[:-1] + ("novel",)))
     with pytest.raises(ValueError, match=r"span model was fitted on other features.*novel"):
-        load_scorer(tmp_path)
+        parse_scorer(bad.to_json())
 
 
 @pytest.mark.slow
@@ -305,7 +351,7 @@ def test_scorer_lists_its_documents_refuses_to_score_them_and_is_refitted_on_eve
     from answers.documents import DocumentStore
     from answers.evaluate import evaluate_scorer
     from answers.fit import build_examples, fit_scorer
-    from answers.scorer import SCORER_FILE, load_scorer
+    from answers.scorer import parse_scorer
     from flows.answer_eval import save_scorer
 
     backend = SearchBackend(data / "index", tokenizer=tok)
@@ -324,9 +370,8 @@ def test_scorer_lists_its_documents_refuses_to_score_them_and_is_refitted_on_eve
     out = tmp_path / "release"
     saved = save_scorer(str(out), scorer, tr, more, {"seed": 13}, install=False, log=lambda s: None)
     assert saved["fitted_questions"] == len(q) and saved["refit"] and saved["fitted_documents"] == 8
-    again = load_scorer(out)
+    again = parse_scorer((out / "eval" / "answers" / "scorer.json").read_text(encoding="utf-8"))
     assert again.info["fitted_documents"] == [f"d{i}" for i in range(8)] and again.info["seed"] == 13
-    assert (out / SCORER_FILE).is_file()
     kept = save_scorer(str(tmp_path / "train"), scorer, tr, None, {}, install=False, log=lambda s: None)
     assert kept["fitted_documents"] == 6 and not kept["refit"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -182,35 +183,77 @@ def test_windows_stitch_back_to_the_gold_tags(bench_root, tiny_bert, task):
     assert out == gold and gold == [list(t) for t in s.test["tags"]]
 
 
+def _majority_shares(train_labels, test_labels) -> set[float]:
+    """Test accuracy of predicting the train split's most frequent label, counted by hand (a tie: each top label)."""
+    counts = Counter(train_labels)
+    top = {label for label, n in counts.items() if n == max(counts.values())}
+    return {sum(t == label for t in test_labels) / len(test_labels) for label in top}
+
+
 def test_baselines_run_and_beat_majority(bench_root):
-    from model.benchmark.baselines import BASELINES, ner_crf
+    """Each baseline against a non-learning one on the same test rows, counted by hand: CWS segmenters against
+    every char a word, POS most-frequent-tag-per-word against one tag for all words, the classifiers against
+    the majority label (whose figure is the hand count), the NER CRF against tagging all O (no span: F1 0)."""
+    from model.benchmark.baselines import BASELINES, majority_tag, ner_crf
+    from model.benchmark.metrics import bmes_words
 
     for task in ("cws", "pos", "dc", "sa", "spm"):
         s = load_task(task, bench_root)
         scores = {name: fn(s) for name, fn in BASELINES[task].items()}
-        metric = TASKS[task].metric
-        assert all(0.0 <= v[metric] <= 1.0 for v in scores.values())
-        if task == "cws":
-            assert scores["hanlp-dict"]["f1"] > 0.7 and scores["jieba"]["f1"] > 0.7
-        if task == "dc":
-            assert scores["tfidf-lr"]["accuracy"] > scores["majority"]["accuracy"]
+        if task == "cws":  # every char a word: right words are the gold single chars
+            gold = [bmes_words(t) for t in s.test["tags"]]
+            singles = sum(e - b == 1 for words in gold for b, e in words)
+            p, r = singles / sum(map(len, s.test["chars"])), singles / sum(map(len, gold))
+            every_char = 2 * p * r / (p + r)
+            assert every_char < 0.7 < min(scores["hanlp-dict"]["f1"], scores["jieba"]["f1"]), (every_char, scores)
+        elif task == "pos":
+            top = Counter(t for tags in s.train["tags"] for t in tags).most_common(1)[0][0]
+            test_tags = [t for tags in s.test["tags"] for t in tags]
+            one_tag = test_tags.count(top) / len(test_tags)
+            assert scores["most-frequent-tag"]["accuracy"] > one_tag + 0.1, (scores, one_tag)
+        else:
+            learned = {"dc": "tfidf-lr", "sa": "tfidf-lr", "spm": "overlap-lr"}[task]
+            assert scores["majority"]["accuracy"] in _majority_shares(list(s.train["label"]), list(s.test["label"]))
+            assert scores[learned]["accuracy"] > scores["majority"]["accuracy"], (task, scores)
     s = load_task("ner", bench_root)
-    assert 0.0 <= ner_crf(s, max_iterations=5)["f1"] <= 1.0
+    assert majority_tag(s) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}  # all O: no predicted span
+    crf = ner_crf(s, max_iterations=20)
+    assert crf["f1"] > 0.0 and crf["precision"] > 0.0, crf
 
 
-def test_finetune_token_and_sequence_tasks_with_a_tiny_model(bench_root, tiny_bert):
+def test_finetune_token_and_sequence_tasks_with_a_tiny_model(bench_root, tiny_bert, monkeypatch):
+    """The reported test figure is the metric of the fine-tuned model's own test predictions (captured as the
+    runner makes them), counted by hand: right labels / rows (SPM), right words / words (CWS)."""
+    from model.benchmark import runner
     from model.benchmark.inputs import word_matcher
+    from model.benchmark.metrics import bmes_words
     from model.benchmark.runner import BUDGETS, finetune_task, variants_for
 
+    calls = []
+    real_predict = runner.predict
+
+    def recording_predict(model, examples, *args, **kwargs):
+        calls.append((examples, real_predict(model, examples, *args, **kwargs)))
+        return calls[-1][1]
+
+    monkeypatch.setattr(runner, "predict", recording_predict)
     assert variants_for(tiny_bert, ["gate", "attn"]) == ["plain", "gate", "attn"]
     for task in ("cws", "spm"):
         s = load_task(task, bench_root)
+        capped = cap(s, BUDGETS["tiny"].max_train, BUDGETS["tiny"].max_eval)
         matcher, source = word_matcher(s)
         assert "train split segmented by hanlp-dict" in source
         for variant in ("plain", "gate"):
             r = finetune_task(s, tiny_bert, variant, BUDGETS["tiny"], 0, matcher, log=lambda m: None)
-            assert r["steps"] == 3 and r["test_rows"] == min(16, len(s.test))
-            assert 0.0 <= r["scores"][TASKS[task].metric] <= 1.0
+            assert r["steps"] == 3 and r["test_rows"] == min(16, len(s.test)) == len(capped.test)
+            gold, pred = runner.decode(*calls[-1], capped.test, capped)  # the last prediction: the test split
+            if task == "spm":
+                assert r["scores"]["accuracy"] == pytest.approx(sum(g == p for g, p in zip(gold, pred)) / len(gold))
+            else:
+                right = sum(len(set(bmes_words(g)) & set(bmes_words(p))) for g, p in zip(gold, pred))
+                n_pred = sum(len(bmes_words(p)) for p in pred)
+                assert r["scores"]["precision"] == pytest.approx(right / n_pred)
+                assert r["scores"]["recall"] == pytest.approx(right / sum(len(bmes_words(g)) for g in gold))
 
 
 @pytest.mark.slow
@@ -313,10 +356,19 @@ def test_bench_runner_saves_vocabs_runs_jobs_and_renders_the_table(bench_root, t
                    timeout=600)
     lines = [json.loads(x) for x in runs.read_text(encoding="utf-8").splitlines()]
     assert sorted(r["variant"] for r in lines) == ["gate", "plain"]
-    assert all(r["steps"] == 3 and 0.0 <= r["test"]["accuracy"] <= 1.0 for r in lines)
+    for r in lines:  # the accuracy is a count of right rows among the 16 capped test rows
+        assert r["steps"] == 3 and r["test_rows"] == 16
+        assert r["test"]["accuracy"] * 16 == pytest.approx(round(r["test"]["accuracy"] * 16))
     out = subprocess.run([sys.executable, str(script), "--data", str(bench_root), "--budget", "tiny", "--table",
                           str(runs)], check=True, capture_output=True, text=True).stdout
     assert "| sa | accuracy | tfidf-lr |" in out and "| sa | accuracy | gate | 1 |" in out and "n/a (1 seed)" in out
+    acc = {r["variant"]: r["test"]["accuracy"] for r in lines}
+    assert f"| {acc['gate']:.4f} | {TASKS['sa'].thesis:.4f} | {acc['gate'] - acc['plain']:+.4f} | n/a (1 seed) |" in out
+    from model.benchmark.runner import BUDGETS
+
+    capped = cap(load_task("sa", bench_root), BUDGETS["tiny"].max_train, BUDGETS["tiny"].max_eval)
+    shares = _majority_shares(list(capped.train["label"]), list(capped.test["label"]))
+    assert any(f"| sa | accuracy | majority | - | {x:.4f} |" in out for x in shares), (shares, out)
     bad = subprocess.run([sys.executable, str(script), "--tasks", "sa,qa", "--model", str(tiny_bert), "--vocab-dir",
                           str(words)], capture_output=True, text=True)
     assert bad.returncode != 0 and "error: unknown task/variant ['qa']" in bad.stderr

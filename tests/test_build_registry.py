@@ -167,7 +167,7 @@ def test_real_registry_covers_the_government_sources():
     kinds = {d["kind"] for ds in by_source.values() for d in ds}
     assert {"trs", "hanweb", "feed", "links"} <= kinds
     assert len(by_source) >= 35
-    # a TRS seed matched by its column's pattern: NDRC 解读 (the brief's example shape)
+    # a TRS seed matched by its column's pattern: NDRC 解读 (a TRS column page of dated 解读 articles)
     ndrc = by_source["中华人民共和国国家发展和改革会员会"]
     jd = next(d for d in ndrc if d["url"].endswith("/xxgk/jd/jd/index.html"))
     assert re.search(jd["link_pattern"], "https://www.ndrc.gov.cn/xxgk/jd/jd/202212/t20221219_1343665.html")

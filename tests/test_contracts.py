@@ -66,7 +66,9 @@ def test_every_stage_setting_names_a_config_field_and_every_config_field_is_set_
     for s in PIPELINE:
         for param, path in s.settings.items():
             setting(cfg, path)  # raises AttributeError when the field does not exist
-    assert {f.name for f in fields(cfg)} - used == {"name", "sample_query"}
+    # answer_scorer, reranker: files the flow resolves from the repository root and gives the index stage as
+    # inputs (their content, not their path, enters the cache key)
+    assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "reranker"}
 
 
 def test_segmenter_setting_tokenizes_both_bm25s_and_sparse_fusion_are_settable():
@@ -182,8 +184,8 @@ def test_deleted_output_is_rebuilt_and_identical_output_stops_below(prefect_harn
     @flow
     def seg_flow():
         plan = T.segment_plan(str(data), 2)
-        parts = [T.segment_part(str(data), plan, i, "hanlp-dict") for i in range(2)]
-        seg = T.segment(str(data), "hanlp-dict", parts=parts, return_state=True)
+        parts = [T.segment_part(str(data), plan=plan, part=i, backend="hanlp-dict") for i in range(2)]
+        seg = T.segment(str(data), backend="hanlp-dict", parts=parts, return_state=True)
         voc = T.vocab(str(data), VocabConfig(min_freq=1, min_len=1), None, wait_for=[seg], return_state=True)
         return seg, voc
 
@@ -195,3 +197,92 @@ def test_deleted_output_is_rebuilt_and_identical_output_stops_below(prefect_harn
     (target.unlink() if target.is_symlink() else shutil.rmtree(target))
     seg, voc = seg_flow()
     assert (seg.name, voc.name) == ("Completed", "Cached") and (data / "segments" / "manifest.json").is_file()
+
+
+def _two_tables(first_dir, second_dir, out_dir, cfg=None):
+    return {"first": first_dir, "second": second_dir, "out": out_dir}
+
+
+BY_NAME = {"first_dir": "a", "second_dir": "b", "out_dir": "out"}
+
+
+def test_paths_bind_by_name_whatever_the_order_of_the_declared_reads(tmp_path):
+    """Two declarations that list the same reads in the other order give each parameter the same path (a
+    positional binding would swap them)."""
+    from storage.binding import bind
+
+    ab = Stage("s", "corpus.stages:clean_stage", reads=("a", "b"), writes=(table("out"),), args=BY_NAME)
+    ba = Stage("s", "corpus.stages:clean_stage", reads=("b", "a"), writes=(table("out"),), args=BY_NAME)
+    want = {"first_dir": tmp_path / "a", "second_dir": tmp_path / "b", "out_dir": tmp_path / "out", "cfg": 3}
+    assert bind(ab, _two_tables, str(tmp_path), {"cfg": 3}) == bind(ba, _two_tables, str(tmp_path), {"cfg": 3}) == want
+
+
+@pytest.mark.parametrize("reads, args, message", [
+    (("a", "b"), {"first_dir": "a", "out_dir": "out"}, "stage s: declared read 'b' is bound to no parameter"),
+    (("a",), {"first_dir": "a", "out_dir": "out"}, "stage s: parameter 'second_dir' of .* gets no declared path"),
+    (("a", "b"), {**BY_NAME, "second_dir": "c"}, "stage s: args source 'c' of parameter 'second_dir'"),
+    (("a", "b"), {**BY_NAME, "third_dir": "b"}, "stage s: args binds 'b' to parameter 'third_dir'"),
+])
+def test_an_unbound_path_or_parameter_is_an_error(tmp_path, reads, args, message):
+    from storage.binding import BindingError, bind
+
+    stage = Stage("s", "corpus.stages:clean_stage", reads=reads, writes=(table("out"),), args=args)
+    with pytest.raises(BindingError, match=message):
+        bind(stage, _two_tables, str(tmp_path), {})
+
+
+def test_every_stage_contract_fits_its_function():
+    """Every declared path of every stage reaches a parameter of its function by name and every parameter is
+    covered; placeholders and the records of mapped stages bind too."""
+    from pathlib import Path
+
+    from storage.binding import bind, stage_function
+
+    for s in PIPELINE:
+        params = {**s.defaults, **{p: None for p in s.parameters if p not in s.defaults}}
+        bind(s, stage_function(s), "/d", params, part=Path("/d/p") if s.part_file is not None else None)
+    ft = PIPELINE.named("finetune")
+    got = bind(ft, stage_function(ft), "/d", {**ft.defaults, "pretrained": "models/ablation/x", "cfg": None,
+                                              "max_eval_examples": None})
+    assert (str(got["pretrained_dir"]), str(got["dataset_dir"])) == ("/d/models/ablation/x", "/d/policysm1")
+    embed = PIPELINE.named("embed-part")
+    got = bind(embed, stage_function(embed), "/d", {"plan": {"path": "/d/cache/parts/index-plan/k"}, "part": 1,
+                                                    "n_parts": 2, "batch_size": 4}, part=Path("/d/p.npz"))
+    assert (str(got["staging"]), str(got["out_file"]), got["part"]) == ("/d/cache/parts/index-plan/k", "/d/p.npz", 1)
+
+
+def test_mapped_parts_are_named_by_their_key_carried_relative_and_pruned_after_the_merge(prefect_harness, tmp_path):
+    """The generic mapped tasks: each part's file is named by its cache key under the stage's part folder, its
+    record's path is relative to the data dir (a moved data dir hits the cache), and the merge of a new plan
+    removes the part files of the earlier one."""
+    import shutil
+    from pathlib import Path
+
+    from prefect import flow
+
+    from tasks import stages as T
+
+    data = tmp_path / "data"
+    _sentences(data)
+
+    @flow
+    def seg_flow(data_dir: str, n: int):
+        plan = T.segment_plan(data_dir, n)
+        states = [T.segment_part(data_dir, plan=plan, part=i, backend="hanlp-dict", return_state=True)
+                  for i in range(n)]
+        parts = [s.result() for s in states]
+        return states, parts, T.segment(data_dir, backend="hanlp-dict", parts=parts, return_state=True)
+
+    states, parts, seg = seg_flow(str(data), 2)
+    folder = Path("cache/parts/segment-part")
+    assert [r["part"] for r in parts] == [0, 1] and sum(r["rows"] for r in parts) == 3
+    for state, r in zip(states, parts):
+        key = Path(str(state.data.metadata.storage_key)).name
+        assert r["path"] == str(folder / f"{key[:32]}.parquet") and (data / r["path"]).is_file()
+    moved = tmp_path / "moved"
+    shutil.copytree(data, moved, symlinks=True)
+    states2, parts2, seg2 = seg_flow(str(moved), 2)
+    assert [s.name for s in states2] == ["Cached", "Cached"] and seg2.name == "Cached" and parts2 == parts
+    _, parts3, seg3 = seg_flow(str(data), 3)
+    assert seg3.name == "Completed"
+    assert sorted(p.name for p in (data / folder).iterdir()) == sorted(Path(r["path"]).name for r in parts3)

@@ -1,4 +1,4 @@
-"""Crawl diff, document lifecycle and per-source partitions (issue: scheduled refreshes, items 3-4), on real
+"""Crawl diff, document lifecycle and per-source partitions (SPEC §2, refreshes), on real
 local HTTP servers: a first crawl, then a refresh after pages changed, appeared, went 404, a source's host
 went down and a source left the registry."""
 from __future__ import annotations

@@ -10,7 +10,8 @@ import pytest
 
 from crawler.archive import CrawlState, RawArchive
 from crawler.crawl import CrawlConfig, crawl, documents_from_archive
-from crawler.extract import ExtractionError, extract
+from crawler.document import ExtractionError
+from crawler.extract import extract
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.registry import RegistryError, Source, load_registry
 from tests.builders import GOV_BODY, gbk_page, gov_page, image_pdf, text_pdf
@@ -199,3 +200,14 @@ def test_extract_errors_and_cli(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     doc = json.loads(out.stdout)
     assert out.returncode == 0 and doc["issuer"] == "中共中央 国务院" and doc["content_type"] == "html"
+
+
+def test_extractor_version_covers_every_extraction_module():
+    """The extractor version hashes each module the extraction code is split into (and the chrome phrase
+    list), so an edit to any of them re-extracts stored bodies; crawling code outside it does not."""
+    from crawler.sandbox import extraction_files
+
+    names = {f.name for f in extraction_files()}
+    assert {"extract.py", "document.py", "charsets.py", "html_text.py", "html_header.py", "chrome.py",
+            "html_extract.py", "pdf_extract.py", "sandbox.py", "textsafe.py", "chrome_phrases.txt"} <= names
+    assert not names & {"fetch.py", "crawl.py", "discovery.py", "partition.py", "stages.py"}

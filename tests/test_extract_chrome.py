@@ -2,12 +2,12 @@
 language switch, 无障碍浏览, 手机扫一扫打开此页, 下载文字版/下载图片版, the title repeated, an empty
 附件信息: and a 版权与免责声明 block, around and inside the article; a crawl of one source of 20 such pages
 on a local server; the phrase list and the line filter on their own."""
-import pandas as pd
 import pytest
 
 from crawler.archive import CrawlState, RawArchive
+from crawler.chrome import drop_chrome_lines, is_chrome, load_chrome_phrases
 from crawler.crawl import CrawlConfig, crawl, documents_from_archive
-from crawler.extract import drop_chrome_lines, extract, is_chrome, load_chrome_phrases
+from crawler.extract import extract
 from crawler.fetch import FetchConfig
 from crawler.registry import Source
 from tests.chrome_pages import CHROME_PHRASES, PENALTY, article, chrome_page, gold_text, layout_page

@@ -8,7 +8,7 @@ from datetime import date
 
 import pytest
 
-from crawler.extract import ExtractConfig
+from crawler.document import ExtractConfig
 from crawler.sandbox import ExtractionPool
 
 

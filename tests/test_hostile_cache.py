@@ -103,7 +103,7 @@ def test_stage_results_are_written_as_plain_json_that_reads_back_as_a_hit(tmp_pa
     import numpy as np
     from prefect.serializers import JSONSerializer
 
-    from tasks.caching import jsonable
+    from storage.binding import jsonable
 
     out = {"rows": np.int64(3), "vec": np.arange(2), "path": tmp_path, "cfg": Evil.__new__(Evil)}
     object.__setattr__(out["cfg"], "x", 1)

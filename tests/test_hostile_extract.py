@@ -9,8 +9,10 @@ import pytest
 
 from crawler.archive import CrawlState, RawArchive
 from crawler.crawl import CrawlConfig, crawl, documents_from_archive
-from crawler.extract import ExtractConfig, ExtractionError, extract, extract_html
+from crawler.document import ExtractConfig, ExtractionError
+from crawler.extract import extract
 from crawler.fetch import FetchConfig
+from crawler.html_extract import extract_html
 from crawler.registry import Source
 from crawler.sandbox import ExtractionPool, SandboxError
 from tests.builders import gov_page, text_pdf

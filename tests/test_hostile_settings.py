@@ -61,7 +61,7 @@ def test_library_configs_check_their_bounds_when_made():
     from crawler.discovery import DiscoveryConfig
     from crawler.fetch import FetchConfig
     from retrieval.chunks import ChunkConfig
-    from retrieval.hybrid import FusionConfig
+    from retrieval.fusion import FusionConfig
     from retrieval.sparse import SparseConfig
 
     for make, msg in ((lambda: ChunkConfig(max_chars=0), "ChunkConfig.max_chars"),

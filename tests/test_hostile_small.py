@@ -43,13 +43,14 @@ def test_malformed_holder_record_reads_as_holder_unknown(tmp_path, record):
 
 
 def _published(tmp_path):
-    from retrieval.index import build_flat_index, publish_index
+    from retrieval.dense import build_flat_index
+    from retrieval.versions import publish_version
 
     vecs = np.eye(4, 8, dtype=np.float32)
     ids = np.arange(4, dtype=np.int64)
     root = tmp_path / "data" / "index"
-    publish_index(root, build_flat_index(vecs, ids), pd.DataFrame({"chunk_id": ids, "text": list("abcd")}),
-                  {"model_id": "m"}, vecs)
+    publish_version(root, build_flat_index(vecs, ids), pd.DataFrame({"chunk_id": ids, "text": list("abcd")}),
+                    {"model_id": "m"}, vecs)
     return root
 
 
@@ -70,7 +71,7 @@ def test_min_score_not_finite_is_an_error_line(tmp_path, capsys, value):
 @pytest.mark.parametrize("damage", ["manifest-garbage", "manifest-list", "faiss-truncated", "faiss-foreign",
                                     "current-climbs", "current-absolute"])
 def test_corrupt_index_files_and_unsafe_current_are_an_error_line(tmp_path, capsys, damage):
-    from retrieval.index import IndexLoadError, load_index
+    from retrieval.versions import IndexLoadError, load_version
 
     root = _published(tmp_path)
     faiss_file = root / "v1" / "index.faiss"
@@ -87,13 +88,14 @@ def test_corrupt_index_files_and_unsafe_current_are_an_error_line(tmp_path, caps
     else:
         (root / "CURRENT").write_text(str(tmp_path))
     with pytest.raises(IndexLoadError):
-        load_index(root)
+        load_version(root)
     code, err = _search(tmp_path, capsys)
     assert code == 2 and err.startswith("error: ") and "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_random_bytes_served_as_docx_are_an_extraction_failure():
-    from crawler.extract import ExtractionError, extract
+    from crawler.document import ExtractionError
+    from crawler.extract import extract
 
     rng = np.random.default_rng(1)
     junk = rng.integers(1, 256, 20_000, dtype=np.uint8).tobytes()  # no NUL: only the .docx name tells

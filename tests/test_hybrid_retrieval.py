@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from retrieval.chunks import ChunkConfig
-from retrieval.hybrid import FusionConfig, doc_metrics, fit_fusion, fuse, mine_queries
+from retrieval.fusion import FusionConfig, fit_fusion, fuse
+from retrieval.metrics import doc_metrics
+from retrieval.mining import mine_queries
 from retrieval.term_counts import TermCounts
 from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
 
@@ -51,7 +53,8 @@ def test_model_id_covers_every_weight_format_and_config(tmp_path):
 
 def test_rollback_embeds_queries_with_the_pinned_encoder(tmp_path, tok):
     from retrieval.pinning import EncoderMismatchError
-    from retrieval.stages import Retriever, index_stage
+    from retrieval.retrievers import Retriever
+    from retrieval.stages import index_stage
 
     clean = write_clean(policy_docs(), tmp_path / "clean")
     ckpt, root = tmp_path / "models" / "finetune", tmp_path / "index"
@@ -121,7 +124,8 @@ def test_mined_queries_are_titles_and_leads():
 
 
 def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
-    from retrieval.stages import Retriever, index_stage
+    from retrieval.retrievers import Retriever
+    from retrieval.stages import index_stage
 
     ckpt, root = save_tiny_policybert(tmp_path / "ft", seed=3), tmp_path / "index"
     s1 = index_stage(write_clean(policy_docs(), tmp_path / "c1"), ckpt, root, CHUNKS, tokenizer=tok)
@@ -139,7 +143,7 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     hits = r.search("养老服务体系和普惠托育", k=5)
     assert hits[0]["doc_id"] == "d5" and hits[0]["mode"] == "hybrid"
     w, rrf = fit["w_dense"], fit["rrf_k"]
-    qv = r.encoder.queries(["养老服务体系和普惠托育"])[0]
+    qv = r.encoder.encode_queries(["养老服务体系和普惠托育"])[0]
     for h in hits:  # the fused score is the weighted RRF of the two ranks; the dense score the stored cosine
         d, s = h["dense_rank"], h["sparse_rank"]
         assert h["score"] == pytest.approx((w / (rrf + d) if d else 0) + ((1 - w) / (rrf + s) if s else 0))
@@ -240,7 +244,8 @@ def test_convex_fusion_is_fitted_recorded_and_served(tmp_path, tok):
     """``FusionConfig(method="convex")``: the index fit uses both sides' scores, the manifest records the method,
     and the served hybrid score is the convex combination of the sides' z-normalised candidate scores."""
     from retrieval.fusion import fuse_convex
-    from retrieval.stages import Retriever, index_stage
+    from retrieval.retrievers import Retriever
+    from retrieval.stages import index_stage
 
     ckpt, root = save_tiny_policybert(tmp_path / "ft", seed=3), tmp_path / "index"
     index_stage(write_clean(policy_docs(), tmp_path / "c1"), ckpt, root, CHUNKS, tokenizer=tok,

@@ -80,7 +80,8 @@ def test_external_id_reaches_every_chunk_and_search_hit(tmp_path):
     """Documents with an external id (as a JSON Lines import gives them) keep it through chunking and
     the index into each search hit."""
     from retrieval.chunks import ChunkConfig
-    from retrieval.stages import Retriever, index_stage
+    from retrieval.retrievers import Retriever
+    from retrieval.stages import index_stage
     from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
 
     docs = policy_docs()

@@ -74,8 +74,9 @@ def copy_of(base: Path, tmp_path: Path) -> Path:
 def repo_copy(tmp_path_factory) -> Path:
     """The source tree (no venv, no data) where tests may edit code."""
     dst = tmp_path_factory.mktemp("repo") / "src"
-    shutil.copytree(REPO, dst, ignore=shutil.ignore_patterns(".venv", ".git", "data", "__pycache__", "*.egg-info",
-                                                             "gpu_data", ".pytest_cache"))
+    top = {".venv", ".git", "data", "gpu_data"}  # the repository's own data folders (answers/data) are source
+    shutil.copytree(REPO, dst, ignore=lambda d, names: [n for n in names if (d == str(REPO) and n in top) or n in (
+        "__pycache__", ".pytest_cache") or n.endswith(".egg-info")])
     return dst
 
 

@@ -1,8 +1,12 @@
 """Architecture guards: the library layers never import prefect or a layer above them, no import circle
-between the repo's modules, and every declared read of every stage is waited on by the main flow."""
+between the repo's modules, every declared read of every stage is waited on by the main flow, modules and
+functions stay small, and docstrings cite the SPEC or papers, never the issue tracker."""
 import ast
+import io
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -147,3 +151,207 @@ def test_every_declared_read_is_waited_on_by_the_main_flow():
             assert earlier, f"{name} reads {r} before any of {writers} is called"
             producer = (run.dag.calls[earlier[-1]][0], earlier[-1])
             assert producer in waited, f"{name} does not wait for {producer[0]} ({r})"
+
+
+# ---------------------------------------------------------------- size and citations
+
+MAX_EXTRACT_LINES = 400
+LONG_FUNCTION = 50          # lines (end_lineno - lineno + 1, decorators not counted)
+MAX_LONG_FUNCTIONS = 8      # library functions longer than LONG_FUNCTION
+# A citation of the issue tracker rather than the SPEC: "issue: crawler", "issues: retrieval, 12", "issue #12",
+# "item 4", "the tracker", "ticket 7", "PR #3", a bare "#12".
+TRACKER = re.compile(
+    r"\bissues?\s*(?::|#\s*\d+|\d+)"
+    r"|\bitems?\s+\d+(?:\s*[-–]\s*\d+)?\b"
+    r"|\b(?:the|issue|bug)\s+tracker\b"
+    r"|\b(?:tickets?|PRs?|pull\s+requests?)\s*#?\d+"
+    r"|(?<![\w&#/])#\d{1,5}\b(?![\w-])",
+    re.I)
+
+
+def test_extract_module_keeps_only_the_entry_points():
+    """crawler/extract.py is the entry point and CLI; encodings, HTML, chrome and PDF live in their own modules."""
+    n = len((REPO / "crawler" / "extract.py").read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_EXTRACT_LINES, f"crawler/extract.py has {n} lines (at most {MAX_EXTRACT_LINES})"
+
+
+def _docs_and_comments(source: str):
+    """``(line, text)`` of every docstring (module, class, function) and every comment of a Python source."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+
+
+def tracker_citations(source: str) -> list[tuple[int, str]]:
+    """``(line, match)`` of every tracker citation in the docstrings and comments of ``source``."""
+    return [(line, m.group(0)) for line, text in _docs_and_comments(source) for m in TRACKER.finditer(text)]
+
+
+def test_tracker_regex_catches_planted_citations_and_spares_prose():
+    planted = ('"""Per-source partitions (issue: scheduled refreshes, item 4)."""\n'
+               "def f():\n"
+               '    """Benchmark (issues: retrieval, 12), see #42 and the tracker."""\n'
+               "    return 1  # fixed in issue 17, PR #3\n")
+    found = [m.lower() for _, m in tracker_citations(planted)]
+    assert found == ["issue:", "item 4", "issues:", "#42", "the tracker", "issue 17", "pr #3"], found
+    prose = ('"""Known issues with GBK pages: a wrong header (SPEC §2); items are scored 0..1; 3 items."""\n'
+             'COLOR = "#222"  # the tracked item count, see §7\n')
+    assert tracker_citations(prose) == []
+
+
+def test_no_docstring_or_comment_cites_the_tracker():
+    """Docstrings and comments cite SPEC sections or papers: an issue number or title means nothing to a reader
+    of the code (every .py file of the repo outside tests/ and the virtualenv)."""
+    bad = []
+    for f in sorted(REPO.rglob("*.py")):
+        rel = f.relative_to(REPO)
+        if rel.parts[0] in {"tests", ".venv", "build"} or rel.parts[0].endswith(".egg-info"):
+            continue
+        bad += [f"{rel}:{line}: {m}" for line, m in tracker_citations(f.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+
+
+def long_functions(paths) -> list[tuple[int, str]]:
+    """``(length, "path:line:name")`` of every function or method over :data:`LONG_FUNCTION` lines in ``paths``,
+    longest first."""
+    out = []
+    for f in paths:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > LONG_FUNCTION:
+                    out.append((n, f"{f.relative_to(REPO)}:{node.lineno}:{node.name}"))
+    return sorted(out, reverse=True)
+
+
+def test_long_function_count_measures_lines(tmp_path, monkeypatch):
+    """A function of 50 lines is not long, a method of 51 is (decorators and the class not counted)."""
+    import tests.test_layers as me
+
+    body = "".join(f"    x{i} = {i}\n" for i in range(49))
+    f = tmp_path / "m.py"
+    f.write_text(f"def short():\n{body}\n\nclass C:\n    @staticmethod\n    def long():\n"
+                 + "".join("    " + ln + "\n" for ln in body.splitlines()) + "        y = 1\n", encoding="utf-8")
+    monkeypatch.setattr(me, "REPO", tmp_path)
+    assert long_functions([f]) == [(51, "m.py:55:long")]  # lines 1-50: short; 55: def long
+
+
+def test_few_long_library_functions():
+    """At most :data:`MAX_LONG_FUNCTIONS` functions of the library packages are over :data:`LONG_FUNCTION` lines."""
+    paths = [f for pkg in LIBRARY_ORDER for f in sorted((REPO / pkg).rglob("*.py"))]
+    found = long_functions(paths)
+    assert len(found) <= MAX_LONG_FUNCTIONS, "\n".join(f"{n} {where}" for n, where in found)
+
+
+# ---------------------------------------------------------------- one home per name: no shims, one cache root
+
+NOQA_F401 = re.compile(r"#\s*noqa\b.*\bF401\b")
+
+
+def _repo_sources() -> list[Path]:
+    """Every .py file of the repo outside the virtualenv and build outputs."""
+    return [f for f in sorted(REPO.rglob("*.py"))
+            if not ({".venv", "build", ".git"} & set(f.relative_to(REPO).parts))
+            and not f.relative_to(REPO).parts[0].endswith(".egg-info")]
+
+
+def _unused_import_lines(source: str) -> set[int]:
+    """Lines of ``source`` whose comment silences F401 (an import kept for another module's callers)."""
+    return {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT and NOQA_F401.search(tok.string)}
+
+
+def reexports(source: str) -> list[int]:
+    """Lines of ``from x import names`` statements marked ``noqa: F401``: names handed on to other modules."""
+    silenced = _unused_import_lines(source)
+    return [n.lineno for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)
+            and silenced & set(range(n.lineno, n.end_lineno + 1))]
+
+
+def is_shim(path: Path) -> bool:
+    """A module, not a package ``__init__``, whose body is only a docstring and imports marked ``noqa: F401``:
+    it defines nothing, it re-exports another module's names for old callers."""
+    if path.name == "__init__.py":
+        return False
+    source = path.read_text(encoding="utf-8")
+    body = [n for n in ast.parse(source).body if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    silenced = _unused_import_lines(source)
+    return bool(body) and all(isinstance(n, (ast.Import, ast.ImportFrom))
+                              and silenced & set(range(n.lineno, n.end_lineno + 1)) for n in body)
+
+
+def test_shim_detector_finds_a_planted_shim(tmp_path):
+    """A docstring and re-exports is a shim; a package ``__init__``, a module with code, or one without the
+    ``noqa`` marks is not; a re-export inside a module with code is found by :func:`reexports`."""
+    shim = '"""Names kept for old callers."""\nfrom a.b import c, d  # noqa: F401\nfrom a.e import (f,  # noqa: F401\n    g)\n'
+    (tmp_path / "pkg").mkdir()
+    for name, text in {"shim.py": shim, "pkg/__init__.py": shim, "plain.py": "from a.b import c\n",
+                       "code.py": shim + "X = 1\n"}.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert [is_shim(tmp_path / n) for n in ("shim.py", "pkg/__init__.py", "plain.py", "code.py")] == [
+        True, False, False, False]
+    assert reexports(shim + "X = 1\n") == [2, 3] and reexports("import model  # noqa: F401  (registers)\n") == []
+
+
+def test_no_module_is_or_imports_a_shim():
+    """Each name is imported from the module that defines it: no shim module exists, so none is imported."""
+    shims = {_module_name(f): f for f in _repo_sources() if is_shim(f)}
+    users = {m: sorted(_module_name(f) for f in _repo_sources() if m in _imports(f)) for m in shims}
+    assert not shims, "\n".join(f"shim {m}, imported by {users[m]}" for m in shims)
+
+
+def test_no_module_reexports_another_modules_names():
+    """Outside package ``__init__`` files (a package's public API), no ``from x import name  # noqa: F401``."""
+    bad = [f"{f.relative_to(REPO)}:{line}" for f in _repo_sources() if f.name != "__init__.py"
+           for line in reexports(f.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+
+
+CACHE_ROOT_FILE = Path("storage", "cache.py")
+
+
+def user_cache_literals(source: str) -> list[int]:
+    """Lines that find a user cache folder by themselves: ``Path.home()``, ``XDG_CACHE_HOME`` or a ``.cache``
+    path component in a string (docstrings not counted)."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef,
+            ast.AsyncFunctionDef)) and ast.get_docstring(n, clean=False) is not None}
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr == "home" and isinstance(n.value, ast.Name) and n.value.id == "Path":
+            out.append(n.lineno)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and (
+                "XDG_CACHE_HOME" in n.value or re.search(r"(^|[/\\~])\.cache($|[/\\])", n.value)):
+            out.append(n.lineno)
+    return sorted(out)
+
+
+def test_cache_literal_detector_finds_planted_roots():
+    planted = ('"""Kept under ~/.cache (docstring: not counted)."""\nfrom pathlib import Path\n'
+               'a = Path.home() / ".cache"\nb = os.environ.get("XDG_CACHE_HOME")\nc = "~/.cache/x"\n'
+               'd = ".cached"\ne = "/tmp/cache"\n')
+    assert user_cache_literals(planted) == [3, 3, 4, 5]
+
+
+def test_one_user_cache_root():
+    """Only :func:`storage.cache.user_cache_root` finds the user cache folder (every .py file outside tests/)."""
+    bad = [f"{f.relative_to(REPO)}:{line}" for f in _repo_sources()
+           if f.relative_to(REPO).parts[0] != "tests" and f.relative_to(REPO) != CACHE_ROOT_FILE
+           for line in user_cache_literals(f.read_text(encoding="utf-8"))]
+    assert not bad, "\n".join(bad)
+    assert user_cache_literals((REPO / CACHE_ROOT_FILE).read_text(encoding="utf-8"))
+
+
+def test_file_sha256_is_defined_once():
+    """One file hash: :func:`storage.hashing.file_sha256`."""
+    found = [f"{f.relative_to(REPO)}:{n.lineno}" for f in _repo_sources()
+             for n in ast.walk(ast.parse(f.read_text(encoding="utf-8")))
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "file_sha256"]
+    assert [w.split(":")[0] for w in found] == ["storage/hashing.py"], found

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from storage import read_manifest, read_table
@@ -125,6 +126,13 @@ def test_every_stage_output(pipeline_run):
     summary = json.loads((data / L.SUMMARY).read_text())
     assert summary["documents_in"] == 5 and len(summary["sample_query"]) == 3
     assert summary["sample_query"][0]["title"]
+    # the serving parts are in the version: the texts of its documents, and the shipped answer scorer, which
+    # this tiny PolicyBERT encoder refuses (fitted over e5), saying so where a user looks
+    texts = pd.read_parquet(data / L.INDEX / "v1" / idx["parts"]["texts"]["file"])
+    assert set(texts["doc_id"]) == set(read_table(data / L.DOCUMENTS_CLEAN, ["doc_id"])["doc_id"])
+    refused = idx["parts"]["answer_scorer"]["refused"]
+    assert "fitted with another encoder_model_id" in refused and idx["model_id"] in refused
+    assert refused in summary["sample_answer"]["note"]
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from retrieval.chunks import ChunkConfig
-from retrieval.train import RetrievalTrainConfig, load_bi_encoder, mine_hard_negatives, mine_pairs
+from retrieval.mining import mine_pairs
+from retrieval.train import RetrievalTrainConfig, load_bi_encoder, mine_hard_negatives
 from tests.retrieval_builders import policy_docs, save_tiny_bert, save_tiny_policybert, write_clean
 
 CFG = RetrievalTrainConfig(steps=30, batch_size=8, lr=1e-3, dev_fraction=0.25, log_every=10, max_passage_len=64,
@@ -32,9 +33,11 @@ def test_hard_negatives_skip_the_positive_document():
 
 @pytest.mark.parametrize("kind", ["policybert", "bert"])
 def test_retrieval_training_learns_and_the_index_serves_it(tmp_path, kind):
+    from retrieval.encoders import Encoder
     from retrieval.pinning import model_id
+    from retrieval.retrievers import Retriever
     from retrieval.sparse import make_tokenizer
-    from retrieval.stages import Encoder, Retriever, index_stage, retrieval_train_stage
+    from retrieval.stages import index_stage, retrieval_train_stage
 
     start = (save_tiny_policybert(tmp_path / "ft", seed=5) if kind == "policybert"
              else save_tiny_bert(tmp_path / "bge", seed=5))
@@ -59,9 +62,9 @@ def test_retrieval_training_learns_and_the_index_serves_it(tmp_path, kind):
     assert info["pooling"] == "mean"
     assert res["model_id"] == model_id(out) != model_id(start)
     enc = Encoder.from_checkpoint(out)
-    v = enc(["数据要素流通", "乡村振兴"])
+    v = enc.encode_corpus(["数据要素流通", "乡村振兴"])
     assert v.shape == (2, 32) and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
-    assert not np.allclose(v, Encoder.from_checkpoint(start)(["数据要素流通", "乡村振兴"]), atol=1e-4)
+    assert not np.allclose(v, Encoder.from_checkpoint(start).encode_corpus(["数据要素流通", "乡村振兴"]), atol=1e-4)
     tok = make_tokenizer("hanlp-dict")
     index_stage(clean, out, tmp_path / "index", ChunkConfig(max_chars=120, overlap=30), tokenizer=tok)
     r = Retriever(tmp_path / "index", tokenizer=tok)
@@ -76,7 +79,6 @@ class Kill(Exception):
 def test_retrieval_training_resumes_to_the_same_weights(tmp_path):
     import torch
 
-    from retrieval.mining import mine_pairs
     from retrieval.train import state_dir_of, train_retrieval
 
     start = save_tiny_policybert(tmp_path / "ft", seed=8)

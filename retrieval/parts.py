@@ -1,0 +1,158 @@
+"""Serving parts of an index version (SPEC §7, §9): everything a query reads besides the dense and sparse
+sides lives inside the version and is named with its sha256 in ``manifest.json`` under ``parts``, so a version
+is the one unit serving loads, pins and rolls back.
+
+- ``texts`` (``texts.parquet``): the cleaned text and metadata of every document the version's chunks point
+  into (``doc_id, text, title, url, source, pubtime, external_id``): answers read their spans and passages from
+  the version's own texts, never from a ``documents_clean`` that a later run replaced.
+- ``answer_scorer`` (``answer-scorer.json``): the answer stage's learned scorer (:mod:`answers.scorer`),
+  installed only when the version's encoder and segmenter are the ones it was fitted with (its
+  ``info.provenance``); otherwise the part records why it was refused and serving says so.
+- ``reranker`` (``reranker.json``): the settings of the query pipeline's reranker (:mod:`retrieval.rerankers`).
+- any further model after the index (the related-documents model): one more :class:`PartSource`.
+
+Parts are written into the version folder while it is staged (before ``CURRENT`` switches) by
+:func:`write_parts`; :func:`verify_parts` checks them at load.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from storage.hashing import file_sha256
+
+TEXTS, TEXTS_FILE = "texts", "texts.parquet"
+ANSWER_SCORER, RERANKER = "answer_scorer", "reranker"
+TEXT_COLUMNS = ("doc_id", "text", "title", "url", "source", "pubtime", "external_id")
+
+
+class PartError(ValueError):
+    """A serving part of an index version that is missing, changed since publication (sha256 mismatch), or
+    refused at publication (fitted with another encoder or segmenter); the message names the part."""
+
+
+@dataclass(frozen=True)
+class PartSource:
+    """A JSON model file to install into a version as part ``name`` (file ``file`` in the version folder).
+
+    ``path``: the file to install (a fitted model); ``requires``: what its ``info.provenance`` must match in
+    the version (``encoder_model_id``, ``segmenter``), filled by :func:`write_parts` from the manifest."""
+
+    name: str
+    file: str
+    path: str
+    requires: tuple[str, ...] = ("encoder_model_id", "segmenter")
+    meta: dict = field(default_factory=dict)
+
+
+def version_identity(manifest: dict) -> dict:
+    """What a model fitted on a version's retrieval depends on: ``encoder_model_id`` (the pinned encoder's
+    content id) and ``segmenter`` (``backend:model_id`` of the segmenter of its BM25 side, or None)."""
+    sp = manifest.get("sparse") or {}
+    seg = f"{sp.get('backend')}:{sp.get('segmenter_model_id')}" if sp else None
+    return {"encoder_model_id": manifest.get("model_id"), "segmenter": seg}
+
+
+def write_texts(vdir: Path, clean_dir: str | os.PathLike, doc_ids) -> dict:
+    """Write ``texts.parquet`` (the documents of ``doc_ids`` from the ``documents_clean`` table ``clean_dir``,
+    the columns of :data:`TEXT_COLUMNS` it has) into ``vdir``; returns the part record (file, sha256, rows)."""
+    from storage import read_manifest, read_table
+
+    have = set(read_manifest(clean_dir)["columns"])
+    df = read_table(clean_dir, [c for c in TEXT_COLUMNS if c in have])
+    df = df[df["doc_id"].isin(set(doc_ids))].reset_index(drop=True)
+    for c in TEXT_COLUMNS:
+        if c not in df.columns:
+            df[c] = None
+    if "pubtime" in df.columns:
+        df["pubtime"] = df["pubtime"].map(_date_text)
+    df[list(TEXT_COLUMNS)].to_parquet(vdir / TEXTS_FILE, index=False, compression="zstd")
+    return {"file": TEXTS_FILE, "sha256": file_sha256(vdir / TEXTS_FILE), "rows": int(len(df))}
+
+
+def _date_text(v) -> str | None:
+    if v is None or (isinstance(v, float) and v != v) or v is pd.NaT:
+        return None
+    return v.isoformat()[:10] if hasattr(v, "isoformat") else str(v)[:10]
+
+
+def install_part(vdir: Path, source: PartSource, identity: dict) -> dict:
+    """Copy ``source.path`` into ``vdir`` as ``source.file`` when its ``info.provenance`` matches ``identity``
+    on every key of ``source.requires``; returns the part record (file, sha256, provenance) or, when refused,
+    ``{"refused": reason}`` (nothing copied).
+
+    Raises:
+        PartError: the file is missing or not a JSON object.
+    """
+    prov = read_provenance(source.path, source.name)
+    wrong = [f"{k} {prov.get(k)!r} (this version: {identity.get(k)!r})" for k in source.requires
+             if prov.get(k) != identity.get(k)]
+    if wrong:
+        return {"refused": f"{source.name} {source.path} was fitted with another " + "; ".join(wrong),
+                "source": str(source.path)}
+    shutil.copyfile(source.path, vdir / source.file)
+    return {"file": source.file, "sha256": file_sha256(vdir / source.file), "provenance": prov, **source.meta}
+
+
+def read_provenance(path: str | os.PathLike, name: str = "part") -> dict:
+    """``info.provenance`` of a JSON model file ({} when it has none).
+
+    Raises:
+        PartError: the file is missing, unreadable, nested too deep, or not a JSON object.
+    """
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PartError(f"{name}: {path} not found") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PartError(f"{name}: {path} is not readable JSON ({str(exc)[:120]})") from None
+    if not isinstance(d, dict):
+        raise PartError(f"{name}: {path} is not a JSON object")
+    info = d.get("info") if isinstance(d.get("info"), dict) else {}
+    return info.get("provenance") if isinstance(info.get("provenance"), dict) else {}
+
+
+def write_parts(vdir: Path, manifest: dict, clean_dir: str | os.PathLike | None, doc_ids,
+                sources: tuple[PartSource, ...] = ()) -> dict:
+    """Write every serving part into the staged version folder ``vdir``: the texts (when ``clean_dir`` is
+    given) and each of ``sources`` checked against the version's identity (:func:`version_identity` of
+    ``manifest``). Returns ``{part name: record}`` for the manifest's ``parts``."""
+    parts = {}
+    if clean_dir is not None:
+        parts[TEXTS] = write_texts(vdir, clean_dir, doc_ids)
+    ident = version_identity(manifest)
+    for s in sources:
+        parts[s.name] = install_part(vdir, s, ident)
+    return parts
+
+
+def part_path(vdir: Path, manifest: dict, name: str) -> Path:
+    """The file of part ``name`` of the version in ``vdir``, after checking its sha256.
+
+    Raises:
+        PartError: the version has no such part, it was refused at publication (the reason), or its file is
+            missing or changed.
+    """
+    rec = (manifest.get("parts") or {}).get(name)
+    if not isinstance(rec, dict):
+        raise PartError(f"index {manifest.get('version')} has no {name} part (none was configured when it was "
+                        "published)")
+    if "refused" in rec:
+        raise PartError(f"index {manifest.get('version')} has no {name}: {rec['refused']}")
+    f = vdir / str(rec.get("file", ""))
+    if not isinstance(rec.get("file"), str) or f.parent != vdir or not f.is_file():
+        raise PartError(f"index {manifest.get('version')}: {name} file {rec.get('file')!r} is missing")
+    if file_sha256(f) != rec.get("sha256"):
+        raise PartError(f"index {manifest.get('version')}: {name} file {f.name} changed since the version was "
+                        "published (sha256 mismatch): roll back or rebuild")
+    return f
+
+
+def read_texts(vdir: Path, manifest: dict) -> pd.DataFrame:
+    """The version's ``texts`` part (:data:`TEXT_COLUMNS`), checked (:func:`part_path`)."""
+    return pd.read_parquet(part_path(vdir, manifest, TEXTS))
