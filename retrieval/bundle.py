@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from retrieval.parts import RERANKER, part_path, read_texts
+from retrieval.parts import part_path, read_texts
 from retrieval.query import QueryLimits
 from retrieval.versions import current_version, version_key
 
@@ -66,7 +66,7 @@ class ServingBundle:
             PartError: the reranker or texts part changed since publication. ValueError: an unreadable reranker.
         """
         from retrieval.pipeline import QueryPipeline
-        from retrieval.rerankers import reranker_from_json
+        from retrieval.rerankers import RERANKER, reranker_from_json
 
         rerankers = []
         if self.has_part(RERANKER):

@@ -27,7 +27,7 @@ import pandas as pd
 from storage.hashing import file_sha256
 
 TEXTS, TEXTS_FILE = "texts", "texts.parquet"
-ANSWER_SCORER, RERANKER = "answer_scorer", "reranker"
+ANSWER_SCORER = "answer_scorer"
 TEXT_COLUMNS = ("doc_id", "text", "title", "url", "source", "pubtime", "external_id")
 
 

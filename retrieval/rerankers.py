@@ -18,6 +18,7 @@ import numpy as np
 
 from retrieval.sparse import bm25_scores
 
+RERANKER = "reranker"  # its part of an index version (retrieval.parts)
 KINDS = ("bm25-window",)
 
 

@@ -19,7 +19,8 @@ from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
-from retrieval.parts import ANSWER_SCORER, RERANKER, PartSource, write_parts
+from retrieval.parts import ANSWER_SCORER, PartSource, write_parts
+from retrieval.rerankers import RERANKER
 from retrieval.pinning import model_id, pin_encoder
 from model.backbone_stage import has_checkpoint
 from retrieval.retrievers import Retriever

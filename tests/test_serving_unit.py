@@ -207,3 +207,19 @@ class _Limited:
     def search(self, query, k, mode="hybrid"):
         assert k <= self.limits.max_k
         return self.inner.search(query, k, mode=mode)
+
+
+def test_one_bm25_kernel():
+    """BM25 is scored by bm25s over the index (retrieval/term_counts.py builds it) and, for texts outside the
+    index (a question's sentences, a reranker's windows), by :func:`retrieval.sparse.bm25_scores`; the only other
+    formula is the PolicySM char-level baseline (model/baselines.py, documented as a baseline)."""
+    import re
+
+    idf = re.compile(r"df\s*\+\s*0\.5|k\s*\+\s*0\.5\)\)")  # BM25's idf, ln(1 + (N - df + 0.5) / (df + 0.5))
+    assert idf.search("math.log(1 + (n - df + 0.5) / (df + 0.5))")
+    found = sorted(str(f.relative_to(REPO)) for pkg in ("storage", "crawler", "corpus", "model", "retrieval", "answers",
+                                                        "flows", "tasks", "ops", "bench")
+                   for f in (REPO / pkg).rglob("*.py")
+                   if idf.search("\n".join(line for line in f.read_text(encoding="utf-8").splitlines()
+                                             if not line.lstrip().startswith(('"', "#")))))
+    assert found == ["model/baselines.py", "retrieval/sparse.py"], found
