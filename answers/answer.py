@@ -14,8 +14,8 @@ Records: the search's hits grouped by document (:class:`DocHits`), then one
 :class:`~answers.features.DocCandidates` per document, built once with all its fields, in
 :class:`~answers.features.Prepared`. The question is checked by :func:`check_question` (:meth:`Answerer.answer`,
 ``flows.ask``) and once more by the search itself (``retrieval.query.check_query``, inside every search call);
-:func:`prepare` segments it once (:class:`~answers.features.Question`; the search's BM25 side segments it
-again inside ``retrieval``, which takes a question as text).
+:func:`prepare` segments it once (:class:`~answers.features.Question`) and gives the tokens to the search's
+BM25 side.
 """
 from __future__ import annotations
 
@@ -129,11 +129,11 @@ def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, ca
     return cache.get(group.doc_id, text, title, backend.tokenize)
 
 
-def _groups(question: str, backend, cfg: AnswerConfig, extra_doc: str | None) -> list[DocHits]:
-    """The search's hits for ``question`` grouped by document (:func:`group_hits`), ``extra_doc`` added after
-    them when missing. The search checks the question once more (``retrieval.query.check_query``, as every
-    search call does: ``QueryError``)."""
-    groups = group_hits(backend.search(question, cfg.search_k), cfg.max_docs)
+def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None) -> list[DocHits]:
+    """The search's hits for the question ``q`` (its tokens given to the search's BM25 side) grouped by document
+    (:func:`group_hits`), ``extra_doc`` added after them when missing. The search checks the question once more
+    (``retrieval.query.check_query``, as every search call does: ``QueryError``)."""
+    groups = group_hits(backend.search(q.text, cfg.search_k, tokens=q.tokens), cfg.max_docs)
     if extra_doc is not None and all(g.doc_id != extra_doc for g in groups):
         groups.append(DocHits(extra_doc, [], cfg.search_k, extra=True))
     return groups
@@ -143,13 +143,13 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
             cache=None) -> Prepared:
     """Retrieve, group, split and featurise one question, checked by the caller (:func:`check_question`:
     :meth:`Answerer.answer`; fitting passes its question set's questions stripped and lets the search refuse a
-    bad one). The question is segmented once here (:class:`~answers.features.Question`; the search's BM25
-    side segments it on its own, inside ``retrieval``). ``extra_doc``: a document added after the retrieved
+    bad one). The question is segmented once, here (:class:`~answers.features.Question`), and its tokens
+    given to the search's BM25 side. ``extra_doc``: a document added after the retrieved
     ones when missing (training: the gold document), with no hits. ``cache``: a
     :class:`~answers.doc_cache.DocumentCache` for the question-free part of each document (features are the
     same with or without it)."""
-    groups = _groups(question, backend, cfg, extra_doc)
     q = Question.of(question, backend.tokenize)
+    groups = _groups(q, backend, cfg, extra_doc)
     texts = [_text_of(g.doc_id, store) for g in groups]
     entries = [_entry(g, text, meta.get("title") or "", backend, cfg, cache) for g, (text, meta) in zip(groups, texts)]
     bm = bm25_scores(list(q.tokens), [c for e in entries for c in e.sent_counts],

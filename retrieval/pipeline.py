@@ -20,7 +20,7 @@ class Searcher(Protocol):
 
     limits: QueryLimits
 
-    def search(self, query: str, k: int, mode: str = "hybrid") -> list[dict]:
+    def search(self, query: str, k: int, mode: str = "hybrid", tokens: Sequence[str] | None = None) -> list[dict]:
         ...
 
 
@@ -43,16 +43,17 @@ class QueryPipeline:
     searcher: Searcher
     rerankers: Sequence[Reranker] = ()
 
-    def search(self, query: str, k: int, mode: str = "hybrid") -> list[dict]:
+    def search(self, query: str, k: int, mode: str = "hybrid", tokens: Sequence[str] | None = None) -> list[dict]:
         """Top-``k`` hits for ``query``: the searcher's top ``max(k, depth of every reranker)`` (at most its
-        ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid`` (the baselines' ``sparse``/``dense``) skips the rerankers.
+        ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid`` (the baselines' ``sparse``/``dense``) skips the rerankers. ``tokens``:
+        the query segmented by the searcher's tokenizer, when the caller has them.
 
         Raises:
             retrieval.query.QueryError: a bad query or ``k`` (the searcher's checks).
         """
         rerank = self.rerankers if mode == "hybrid" else ()
         depth = max([k, *(min(r.depth, self.searcher.limits.max_k) for r in rerank)])
-        hits = self.searcher.search(query, depth, mode=mode)
+        hits = self.searcher.search(query, depth, mode=mode, tokens=tokens)
         for r in rerank:
             hits = r.rerank(query, hits)
         return hits[:k]

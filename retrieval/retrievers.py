@@ -105,13 +105,16 @@ class HybridRetriever:
         self.dense, self.sparse = dense, sparse
         self.w_dense, self.rrf_k, self.depth, self.method = float(w_dense), int(rrf_k), int(depth), method
 
-    def search(self, query: str, k: int, order: str = "hybrid") -> list[Hit]:
+    def search(self, query: str, k: int, order: str = "hybrid", tokens: Sequence[str] | None = None) -> list[Hit]:
         """Top-``k`` hits for ``query`` with both sides' scores and ranks, ordered by the fused score
-        (``order="dense"`` / ``"sparse"``: by that side alone, the other side still explained)."""
-        return self.search_many([query], k, order)[0]
+        (``order="dense"`` / ``"sparse"``: by that side alone, the other side still explained). ``tokens``: the
+        query already segmented by the sparse side's tokenizer (not segmented again)."""
+        return self.search_many([query], k, order, None if tokens is None else [list(tokens)])[0]
 
-    def search_many(self, queries: Sequence[str], k: int, order: str = "hybrid") -> list[list[Hit]]:
-        """:meth:`search` for many queries (encoded and tokenized in one batch each).
+    def search_many(self, queries: Sequence[str], k: int, order: str = "hybrid",
+                    tokens: list[list[str]] | None = None) -> list[list[Hit]]:
+        """:meth:`search` for many queries (encoded and tokenized in one batch each; ``tokens``: their tokens,
+        when the caller segmented them already).
 
         Raises:
             ValueError: unknown ``order``, or ``sparse`` without a sparse side.
@@ -121,7 +124,8 @@ class HybridRetriever:
         if order == "sparse" and self.sparse is None:
             raise ValueError("no sparse side to rank by")
         qv = self.dense.encoder.encode_queries(list(queries)) if order != "sparse" else None
-        toks = self.sparse.tokenize(list(queries)) if self.sparse is not None else [None] * len(queries)
+        toks = [None] * len(queries) if self.sparse is None else (
+            tokens if tokens is not None else self.sparse.tokenize(list(queries)))
         depth = max(self.depth, k)
         d_rows, d_scores = (self.dense.search_rows(qv, depth) if qv is not None
                             else ([[]] * len(queries), [[]] * len(queries)))
@@ -226,11 +230,13 @@ class Retriever:
             raise ValueError(f"index {self.manifest['version']} has no sparse side (built before hybrid search)")
         return mode if self.sparse is not None else "dense"
 
-    def search(self, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid") -> list[dict]:
+    def search(self, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid",
+               tokens: Sequence[str] | None = None) -> list[dict]:
         """Top-k chunk dicts for ``query``: score (the mode's: fused RRF score for ``hybrid``, cosine for
         ``dense``, BM25 for ``sparse``), dense_score, sparse_score, dense_rank, sparse_rank (1-based within
         each side's top ``depth`` candidates, None beyond), mode, chunk_id, doc_id, start, end, text, title,
-        source, url. Hits whose score is below ``min_score`` are dropped. ``hybrid`` on a version without a
+        source, url. Hits whose score is below ``min_score`` are dropped. ``tokens``: the query as
+        :meth:`tokenize` segments it, when the caller has them (the query is then segmented once). ``hybrid`` on a version without a
         sparse side answers ``dense``.
 
         Raises:
@@ -240,7 +246,7 @@ class Retriever:
         """
         query = check_query(query, k, self.limits)
         mode = self.mode(mode)
-        hits = self.hybrid.search(query, k, mode)
+        hits = self.hybrid.search(query, k, mode, tokens)
         return [{"score": h.score, "dense_score": h.dense_score, "sparse_score": h.sparse_score,
                  "dense_rank": h.dense_rank, "sparse_rank": h.sparse_rank, "mode": mode, **self.chunk(h.row)}
                 for h in hits if min_score is None or h.score >= min_score]

@@ -166,20 +166,6 @@ def test_answers_point_into_the_cleaned_text_one_per_document(answerer, data):
     assert [a["score"] for a in res["answers"]] == sorted((a["score"] for a in res["answers"]), reverse=True)
 
 
-class _CountingBackend:
-    """A search backend whose ``tokenize`` calls are recorded (the answer side's; the search segments on its own)."""
-
-    def __init__(self, backend):
-        self.backend, self.calls = backend, []
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
-
-    def tokenize(self, texts):
-        self.calls.append(list(texts))
-        return self.backend.tokenize(texts)
-
-
 @pytest.mark.slow
 def test_prepare_segments_the_question_once_into_typed_candidates(data, tok):
     from dataclasses import replace as dc_replace
@@ -188,12 +174,18 @@ def test_prepare_segments_the_question_once_into_typed_candidates(data, tok):
     from answers.backend import SearchBackend
     from answers.features import DOC_FEATURES, SPAN_FEATURES, DocCandidates
 
-    backend = _CountingBackend(SearchBackend(data / "index", tokenizer=tok))
+    calls = []
+
+    def counting(texts):  # the segmenter itself: the answer side's calls and the search's BM25 side's
+        calls.append(list(texts))
+        return tok[0](texts)
+
+    backend = SearchBackend(data / "index", tokenizer=(counting, tok[1]))
     q = "职业教育工作现就哪些方面提出意见？"
     cfg = dc_replace(AnswerConfig(), max_docs=3)
     prep = prepare(q, backend, backend.store, cfg, extra_doc="d0", cache=None)  # cold: every entry built here
-    assert sum(q in texts for texts in backend.calls) == 1 and [q] in backend.calls
-    assert len(backend.calls) == 1 + len(prep.docs)  # the question, then each document's sentences and title
+    assert sum(q in texts for texts in calls) == 1 and calls[0] == [q]  # segmented once, before the search
+    assert len(calls) == 1 + len(prep.docs)  # the question, then each document's sentences and title
     assert all(isinstance(d, DocCandidates) for d in prep.docs) and len(prep.docs) == 4
     assert [d.extra for d in prep.docs] == [False] * 3 + [True] and prep.docs[-1].doc_id == "d0"
     assert prep.docs[-1].hits == [] and prep.docs[-1].first_hit == cfg.search_k
