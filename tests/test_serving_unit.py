@@ -204,9 +204,9 @@ class _Limited:
     def __init__(self, inner, limits):
         self.inner, self.limits = inner, limits
 
-    def search(self, query, k, mode="hybrid"):
+    def search(self, query, k, mode="hybrid", tokens=None):
         assert k <= self.limits.max_k
-        return self.inner.search(query, k, mode=mode)
+        return self.inner.search(query, k, mode=mode, tokens=tokens)
 
 
 def test_one_bm25_kernel():
