@@ -289,17 +289,10 @@ class Answerer:
             retrieval.bundle.IndexMissingError: no index published, or ``version`` is not on disk.
         """
         from answers.backend import SearchBackend
-        from retrieval.bundle import IndexMissingError
-        from retrieval.versions import current_version, version_key
+        from retrieval.bundle import resolve_version
 
         root = self.data_dir / "index"
-        version = version or current_version(root)
-        if version is None:
-            raise IndexMissingError(f"no index in {root} (no CURRENT): run the pipeline first")
-        try:
-            key = version_key(root, version)
-        except FileNotFoundError:
-            raise IndexMissingError(f"index version {version} is not in {root}") from None
+        version, key = resolve_version(root, version)
         with self._lock:
             if key not in self._backends:
                 self._backends[key] = SearchBackend(root, version, self._tokenizer)

@@ -103,11 +103,23 @@ def load_bundle(index_root: str | os.PathLike, version: str | None = None, token
     from retrieval.retrievers import Retriever
 
     root = Path(index_root)
+    version, key = resolve_version(root, version)
+    return ServingBundle(root, version, Retriever(root, version=version, tokenizer=tokenizer, limits=limits), key)
+
+
+def resolve_version(index_root: str | os.PathLike, version: str | None = None) -> tuple[str, str]:
+    """(``version`` or the one ``index/CURRENT`` names, read once; its identity
+    :func:`retrieval.versions.version_key`): what a cache of loaded versions is keyed by.
+
+    Raises:
+        IndexMissingError: no index published under ``index_root``, or ``version`` is not on disk.
+    """
+    root = Path(index_root)
     version = version or current_version(root)
     if version is None:
         raise IndexMissingError(f"no index in {root} (no CURRENT): run the pipeline first")
-    if not (root / version / "manifest.json").is_file():
-        raise IndexMissingError(f"index version {version} is not in {root}")
-    key = version_key(root, version)
-    return ServingBundle(root, version, Retriever(root, version=version, tokenizer=tokenizer, limits=limits), key)
+    try:
+        return version, version_key(root, version)
+    except FileNotFoundError:
+        raise IndexMissingError(f"index version {version} is not in {root}") from None
 
