@@ -24,6 +24,7 @@ import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from answers.candidates import Span, gap_spans, sentence_offsets
 from answers.decode import mbr_choice
 from answers.features import (STATIC, DocCandidates, Prepared, Question, doc_features, span_matrix,
                                static_span_features)
+from retrieval.hits import RankedHit, SearchHit
 from retrieval.sparse import bm25_scores
 
 
@@ -82,21 +84,22 @@ def check_question(question, k, cfg: AnswerConfig = AnswerConfig()) -> str:
 
 @dataclass(frozen=True)
 class DocHits:
-    """One document's hits among the search's top ``search_k`` chunks: ``hits`` (the search's dicts, best
-    first, each with ``rank``, its place in the top list, added), ``first_hit`` (the rank of the best) and
-    ``extra`` (a document added after the retrieved ones, with no hits: training's gold document)."""
+    """One document's hits among the search's top ``search_k`` chunks: ``hits`` (the search's
+    :class:`~retrieval.hits.SearchHit` s, best first, each in a :class:`~retrieval.hits.RankedHit` with its
+    0-based place in the top list), ``first_hit`` (the rank of the best) and ``extra`` (a document added after
+    the retrieved ones, with no hits: training's gold document)."""
 
     doc_id: str
-    hits: list[dict]
+    hits: list[RankedHit]
     first_hit: int
     extra: bool = False
 
 
-def group_hits(hits: list[dict], max_docs: int) -> list[DocHits]:
+def group_hits(hits: Sequence[SearchHit], max_docs: int) -> list[DocHits]:
     """Hits grouped by document in order of each document's best hit (the first ``max_docs`` documents)."""
     groups: OrderedDict = OrderedDict()
     for rank, h in enumerate(hits):
-        groups.setdefault(h["doc_id"], DocHits(h["doc_id"], [], rank)).hits.append({**h, "rank": rank})
+        groups.setdefault(h.doc_id, DocHits(h.doc_id, [], rank)).hits.append(RankedHit(rank, h))
     return list(groups.values())[:max_docs]
 
 
@@ -121,8 +124,8 @@ def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, ca
 
     hits = group.hits
     if len(text) > cfg.max_doc_chars and hits:
-        sents = [s for s in sentence_offsets(text) if any(h["start"] - cfg.margin <= s[0] < h["end"] + cfg.margin
-                                                           for h in hits)]
+        sents = [s for s in sentence_offsets(text)
+                 if any(r.hit.start - cfg.margin <= s[0] < r.hit.end + cfg.margin for r in hits)]
         return build_entry(text, title, sents, backend.tokenize)
     if cache is None:
         return build_entry(text, title, sentence_offsets(text), backend.tokenize)

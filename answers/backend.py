@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from retrieval.bundle import load_bundle
+from retrieval.hits import SearchHit
 from retrieval.parts import ANSWER_SCORER, PartError
 
 
@@ -66,11 +67,13 @@ class SearchBackend:
                                      "--data-dir DATA (docs/answers.md)") from None
         return parse_scorer(text, f"the answer scorer of index {self.version}")
 
-    def search(self, question: str, k: int, mode: str = "hybrid", tokens: Sequence[str] | None = None) -> list[dict]:
+    def search(self, question: str, k: int, mode: str = "hybrid",
+               tokens: Sequence[str] | None = None) -> list[SearchHit]:
         """Top-``k`` chunks of the version's query pipeline (``hybrid``: search then its reranker, if any;
-        ``sparse`` = BM25 alone, for baselines), best first
-        (dicts with chunk_id, doc_id, start, end, text, title, source, url, score, dense_score, sparse_score,
-        dense_rank, sparse_rank; external_id when the documents had one). Raises ``retrieval.query.QueryError`` on a bad question or ``k``."""
+        ``sparse`` = BM25 alone, for baselines), best first, as :class:`~retrieval.hits.SearchHit` s (chunk_id,
+        doc_id, start, end, text, title, source, url, score, dense_score, sparse_score, dense_rank, sparse_rank,
+        rerank_score; external_id when the documents had one). Raises ``retrieval.query.QueryError`` on a bad
+        question or ``k``."""
         return self.bundle.pipeline.search(question, k, mode=mode, tokens=tokens)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:

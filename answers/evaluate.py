@@ -99,16 +99,17 @@ def _hit_row(s, r) -> bool:
 
 
 def first_sentence_baseline(rows, search, store) -> dict:
-    """Baseline 2: the first sentence of each of the top 3 BM25 chunks (``search(question, k)`` -> hits)."""
+    """Baseline 2: the first sentence of each of the top 3 BM25 chunks (``search(question, k)`` ->
+    :class:`~retrieval.hits.SearchHit` s)."""
     h1, h3, f1, em = [], [], [], []
     for r in rows:
         got, texts = [], []
         for h in search(r.question, 3):
-            text, _ = store.get(h["doc_id"])
-            sents = sentence_offsets(text[h["start"]:h["end"]]) if text else []
-            s, e = (sents[0][0] + h["start"], sents[0][1] + h["start"]) if sents else (h["start"], h["end"])
-            got.append(h["doc_id"] == r.doc_id and r.gold_start >= 0 and overlaps(s, e, r.gold_start, r.gold_end))
-            texts.append(text[s:e] if text else h["text"])
+            text, _ = store.get(h.doc_id)
+            sents = sentence_offsets(text[h.start:h.end]) if text else []
+            s, e = (sents[0][0] + h.start, sents[0][1] + h.start) if sents else (h.start, h.end)
+            got.append(h.doc_id == r.doc_id and r.gold_start >= 0 and overlaps(s, e, r.gold_start, r.gold_end))
+            texts.append(text[s:e] if text else h.text)
         h1.append(bool(got) and got[0])
         h3.append(any(got))
         f1.append(char_f1(texts[0], r.answer) if texts else 0.0)

@@ -28,6 +28,7 @@ import numpy as np
 
 from answers.candidates import Span
 from answers.echo import ECHO_FEATURES, EchoQuery, echo_matrix
+from retrieval.hits import RankedHit
 
 
 DOC_FEATURES = ("doc_rank_log", "doc_top", "first_hit_log", "n_hits", "fused_rel", "dense_rel", "dense_raw",
@@ -75,16 +76,17 @@ class Question:
 @dataclass(frozen=True)
 class DocCandidates:
     """One candidate document of one question (SPEC §9), built once with all its fields: ``doc_id``; ``hits``
-    (its chunks among the search's top ``search_k``: the search's dicts with ``rank``, their place in that
-    list, added), ``first_hit`` (the rank of its best chunk) and ``extra`` (added after the retrieved documents,
-    with no hits: training's gold document); ``meta`` (title, url, source, …); ``entry``, its question-free
+    (its chunks among the search's top ``search_k``: :class:`~retrieval.hits.RankedHit` s, each the search's
+    :class:`~retrieval.hits.SearchHit` with ``rank``, its 0-based place in that list), ``first_hit`` (the rank
+    of its best chunk) and ``extra`` (added after the retrieved documents, with no hits: training's gold
+    document); ``meta`` (title, url, source, …); ``entry``, its question-free
     part (:class:`~answers.doc_cache.DocumentEntry`: text, sentences, tokens, code points, normalised text);
     the question's ``bm`` (BM25, (n_sentences,) float32) and ``dense`` (cosine, (n_sentences,) float64, NaN
     where not computed) per sentence; and the candidate ``spans`` scored for it with ``static``
     ((n_spans, |STATIC|) float64) their question-free features (:func:`static_span_features`)."""
 
     doc_id: str
-    hits: list[dict]
+    hits: list[RankedHit]
     first_hit: int
     extra: bool
     meta: dict
@@ -149,10 +151,10 @@ def doc_features(docs: list[DocCandidates], q: Question, best_bm25: np.ndarray) 
     (n_docs,) each one's best sentence BM25."""
     if not docs:
         return np.zeros((0, len(DOC_FEATURES)), dtype=np.float32)
-    fused = np.array([max((h["score"] for h in d.hits), default=0.0) for d in docs], dtype=float)
-    dense = np.array([max(((h["dense_score"] or 0.0) for h in d.hits), default=0.0) for d in docs], dtype=float)
-    sparse = np.array([max(((h["sparse_score"] or 0.0) for h in d.hits), default=0.0) for d in docs], dtype=float)
-    s_rank = [min(((h["sparse_rank"] or 101) for h in d.hits), default=101) for d in docs]
+    fused = np.array([max((r.hit.score for r in d.hits), default=0.0) for d in docs], dtype=float)
+    dense = np.array([max(((r.hit.dense_score or 0.0) for r in d.hits), default=0.0) for d in docs], dtype=float)
+    sparse = np.array([max(((r.hit.sparse_score or 0.0) for r in d.hits), default=0.0) for d in docs], dtype=float)
+    s_rank = [min(((r.hit.sparse_rank or 101) for r in d.hits), default=101) for d in docs]
     return by_name({"doc_rank_log": [math.log1p(g) for g in range(len(docs))],
                     "doc_top": [float(g == 0) for g in range(len(docs))],
                     "first_hit_log": [math.log1p(d.first_hit) for d in docs], "n_hits": [len(d.hits) for d in docs],
@@ -351,9 +353,9 @@ def _chunk_columns(L: _Layout, docs: list[DocCandidates], n_hits_total: int) -> 
     none = np.iinfo(np.int64).max
     rank_c = np.full(len(L.i), none, dtype=np.int64)
     for g, d in enumerate(docs):
-        for h in d.hits:
-            inside = (L.start >= h["start"] + L.tb[g]) & (L.start < h["end"] + L.tb[g])
-            rank_c = np.where(inside, np.minimum(rank_c, h["rank"]), rank_c)
+        for r in d.hits:
+            inside = (L.start >= r.hit.start + L.tb[g]) & (L.start < r.hit.end + L.tb[g])
+            rank_c = np.where(inside, np.minimum(rank_c, r.rank), rank_c)
     in_chunk = rank_c != none
     return {"in_chunk": in_chunk, "chunk_rank_log": np.log1p(np.where(in_chunk, rank_c, n_hits_total + 1))}
 

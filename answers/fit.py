@@ -1,7 +1,12 @@
-"""Fitting the answer scorer (:mod:`answers.scorer`) from questions with gold answer spans (NCPQA)."""
+"""Fitting the answer scorer (:mod:`answers.scorer`) from questions with gold answer spans (NCPQA): the
+examples (:func:`build_examples`), the fit (:func:`fit_scorer`) and the whole fit on a question file over one
+index version (:func:`fit_on_questions`: what ``flows.answer_eval --refit all`` saves and what the index stage
+pins into a version when a question set is configured, SPEC §9)."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -29,6 +34,61 @@ def build_examples(questions, backend, store, cfg: AnswerConfig = AnswerConfig()
         if n % 100 == 0:
             log(f"  prepared {n}/{len(questions)} questions")
     return out
+
+
+def fitting_examples(questions, backend, store, log: Callable[[str], None] = print) -> list[tuple]:
+    """The fitting examples of ``questions`` (:func:`build_examples`): every span of a document
+    (``focus_sentences=0``; serving scores the cascade's focus), the gold document added when retrieval missed
+    it."""
+    return build_examples(questions, backend, store, replace(AnswerConfig(), focus_sentences=0),
+                          with_gold_doc=True, log=log)
+
+
+def fit_on_questions(backend, path: str | os.PathLike, duplicates: dict[str, str] | None = None,
+                     log: Callable[[str], None] = print) -> tuple[AnswerScorer, dict]:
+    """A scorer fitted (:func:`fit_scorer`, default settings) on every usable question of the NCPQA-format
+    file ``path`` over the index version of ``backend`` (:class:`answers.backend.SearchBackend`: its search,
+    encoder, BM25 side and texts), with that version's provenance (:func:`answers.scorer.provenance`).
+
+    A question is usable when its document (``doc_id``, the documents' ``external_id``; ``duplicates``: see
+    :func:`answers.ncpqa.locate_gold`) is in the version's texts; the others are skipped and counted. Returns
+    ``(scorer, figures)``: questions in the file, used, skipped (document not in the index), without a gold span
+    in the cleaned text, fitted documents, the file's sha256, and the top-1 answer hit of the cross-fitted
+    folds the calibration read (held out by document, :func:`fit_scorer`) and in sample.
+
+    Raises:
+        FileNotFoundError / ValueError: naming ``path``: no such file, not NCPQA JSON Lines, no usable question
+            (none of its documents in the index), or nothing to learn from them.
+    """
+    from answers.ncpqa import load_questions, locate_gold
+    from answers.scorer import provenance
+    from retrieval.parts import version_identity
+    from storage.hashing import file_sha256
+
+    q = locate_gold(load_questions(path), backend.store, duplicates)
+    usable = q[q["doc_id"].map(lambda d: isinstance(d, str))].reset_index(drop=True)
+    if usable.empty:
+        raise ValueError(f"question file {path}: none of its {len(q)} questions is about a document of index "
+                         f"{backend.version} (doc_id against the documents' external_id): no usable question")
+    figures = {"questions": int(len(q)), "used": int(len(usable)), "skipped_not_in_index": int(len(q) - len(usable)),
+               "without_gold_span": int((usable["gold_start"] < 0).sum()), "file": Path(path).name,
+               "sha256": file_sha256(path)}
+    log(f"fitting the answer scorer on {len(usable)} questions of {path} ({figures['skipped_not_in_index']} "
+        f"skipped: document not in index {backend.version})")
+    prov = provenance(backend.model_id, version_identity(backend.bundle.manifest)["segmenter"],
+                      f"{len(usable)} questions (NCPQA format) of {Path(path).name} on "
+                      f"{int(usable['doc_id'].nunique())} documents of index {backend.version}")
+    examples = fitting_examples(usable, backend, backend.store, log)
+    try:
+        scorer = fit_scorer(examples, info={"index_version": backend.version, "model_id": backend.model_id,
+                                            "fitted_questions": len(examples), "provenance": prov})
+    except ValueError as exc:
+        raise ValueError(f"question file {path}: {exc}") from None
+    hits = [bool(top) and is_hit(top[0], row) for row, prep in examples for top in [rank_answers(prep, scorer, 1)]]
+    figures.update({"fitted_documents": len(scorer.info["fitted_documents"]),
+                    "held_out_top1_hit": scorer.info.get("calibration_top1_hit"),
+                    "in_sample_top1_hit": round(float(np.mean(hits)), 4) if hits else None})
+    return scorer, figures
 
 
 def span_target(prep, g: int, row) -> np.ndarray:

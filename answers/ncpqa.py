@@ -15,9 +15,28 @@ from answers.metrics import counted
 _DUPLICATE_OF = re.compile(r"^duplicate of (\S+)$")
 
 
+QUESTION_FIELDS = ("qid", "question", "answer", "doc_id", "answer_start", "answer_end")
+
+
 def load_questions(path: str | os.PathLike) -> pd.DataFrame:
-    """qid, question, answer, ext_doc (the question's document id in the shared file), answer_start, answer_end."""
-    df = pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
+    """qid, question, answer, ext_doc (the question's document id in the shared file), answer_start, answer_end,
+    from a question file in the NCPQA format (JSON Lines with :data:`QUESTION_FIELDS`, ``../shared/qa/README.md``).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: naming the file: not JSON Lines, empty, or a field missing.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"question file {path} not found")
+    try:
+        df = pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
+    except ValueError as exc:
+        raise ValueError(f"question file {path} is not JSON Lines in the NCPQA format ({str(exc)[:120]})") from None
+    if df.empty:
+        raise ValueError(f"question file {path} holds no question")
+    missing = [c for c in QUESTION_FIELDS if c not in df.columns]
+    if missing:
+        raise ValueError(f"question file {path}: no field {', '.join(missing)} (the NCPQA format has "
+                         f"{', '.join(QUESTION_FIELDS)})")
     return df.rename(columns={"doc_id": "ext_doc"})[["qid", "question", "answer", "ext_doc", "answer_start",
                                                      "answer_end"]]
 

@@ -14,7 +14,8 @@ candidates; with ``--cv``, first repeated 5-fold cross-validation by document on
 The scorer saved as ``DATA/eval/answers/scorer.json`` (``--install``: also as the scorer the repository ships,
 ``answers/data/scorer.json``, which every index version installs when its encoder and segmenter are the ones
 recorded in the scorer's ``info.provenance``; a data dir uses another one with
-``--set answer_scorer=FILE`` on its next pipeline run) is refitted, same settings, on every question (``--refit all``, the default: what scikit-learn's
+``--set answer_scorer=FILE`` on its next pipeline run, or has the pipeline fit one on its own index with
+``--set answer_questions=FILE``: :func:`answers.fit.fit_on_questions`, the fit of ``--refit all``) is refitted, same settings, on every question (``--refit all``, the default: what scikit-learn's
 ``refit`` does after model selection; on NCPQA, 5-fold cross-validation by document over all questions gives the
 refit's ~40 % more questions +1–2 points of char-F1, see README); ``--refit train`` saves the 70 % fit itself. The
 saved scorer lists the documents it was fitted on (``info["fitted_documents"]``), and
@@ -56,13 +57,11 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
 
 
 def fit_examples(questions, backend, store, log=print) -> list[tuple]:
-    """The fitting examples of ``questions``: every span of a document (serving scores the cascade's focus,
-    :class:`~answers.answer.AnswerConfig`), the gold document added when retrieval missed it."""
-    from answers.answer import AnswerConfig
-    from answers.fit import build_examples
+    """The fitting examples of ``questions`` (:func:`answers.fit.fitting_examples`, as the index stage fits its
+    scorer)."""
+    from answers.fit import fitting_examples
 
-    return build_examples(questions, backend, store, replace(AnswerConfig(), focus_sentences=0), with_gold_doc=True,
-                          log=log)
+    return fitting_examples(questions, backend, store, log)
 
 
 def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_share: float, install: bool,

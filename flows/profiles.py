@@ -89,6 +89,11 @@ class PipelineConfig:
     # paths from the repository root; the default is the one the repository ships (fitted on the shared NCPQA
     # questions by flows.answer_eval --install); "" publishes versions without one
     answer_scorer: str = "answers/data/scorer.json"
+    # a question set (NCPQA JSON Lines, ../shared/qa/README.md; relative paths from the repository root): when set,
+    # the index stage FITS the answer scorer on these questions against the version it publishes (its encoder,
+    # BM25 side and texts, before CURRENT switches; answers.stages) instead of installing answer_scorer; questions
+    # whose document is not in the index are skipped and counted. "" = install answer_scorer
+    answer_questions: str = ""
     # the query pipeline's reranker pinned into every index version (retrieval.rerankers): a reranker JSON file,
     # relative paths from the repository root (retrieval/data/bm25-window.json ships); "" = none
     reranker: str = ""

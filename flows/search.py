@@ -51,13 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     try:
         hits = load_bundle(Path(args.data_dir) / L.INDEX, limits=limits).pipeline.search(args.query, args.k, args.mode)
-        hits = [h for h in hits if args.min_score is None or h["score"] >= args.min_score]
+        hits = [h for h in hits if args.min_score is None or h.score >= args.min_score]
     except (FileNotFoundError, EncoderMismatchError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for h in hits:
-        print(json.dumps({k: h.get(k) for k in FIELDS},
-                         ensure_ascii=False, default=str))
+    for h in hits:  # rendered here, the one place (retrieval.hits.SearchHit.to_dict)
+        row = h.to_dict()
+        print(json.dumps({k: row.get(k) for k in FIELDS}, ensure_ascii=False, default=str))
     return 0
 
 

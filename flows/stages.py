@@ -145,12 +145,32 @@ def model_stages(run: Run) -> dict:
             "finetune": run.stage("finetune", now=True)}
 
 
-def index_stages(run: Run) -> dict:
-    """Index refresh (only new/changed chunks embedded, the serving parts pinned in the version) and the
-    retrieval evaluation."""
-    for part in ("answer_scorer", "reranker"):  # the serving parts' files: their content enters the cache key
+def serving_part_files(run: Run) -> None:
+    """Give the index stage the files of its serving parts as inputs (their content enters its cache key),
+    relative paths resolved from the repository root: ``answer_scorer`` and ``reranker`` (installed) or, with
+    ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`).
+
+    Raises:
+        FileNotFoundError: the configured question set does not exist.
+        ValueError: the index stage's contract does not take the question set.
+    """
+    repo = Path(__file__).resolve().parent.parent
+    names = ("answer_questions", "reranker") if run.cfg.answer_questions else ("answer_scorer", "reranker")
+    for part in names:
         if getattr(run.cfg, part) and not run.inputs.get(part):
-            run.inputs[part] = str(Path(__file__).resolve().parent.parent / getattr(run.cfg, part))
+            run.inputs[part] = str(repo / getattr(run.cfg, part))
+    if run.cfg.answer_questions:
+        if not Path(run.inputs["answer_questions"]).is_file():
+            raise FileNotFoundError(f"answer_questions: question file {run.inputs['answer_questions']} not found")
+        if "answer_questions" not in run.stages.named("index").files:
+            raise ValueError("answer_questions is set but the index stage's contract does not take a question file")
+
+
+def index_stages(run: Run) -> dict:
+    """Index refresh (only new/changed chunks embedded, the serving parts pinned in the version, the answer
+    scorer fitted in it when ``answer_questions`` is set: :func:`serving_part_files`) and the retrieval
+    evaluation."""
+    serving_part_files(run)
     choice = run.stage("retrieval-encoder", now=True)
     idx = run.mapped("index-plan", "embed-part", "index", run.cfg.embed_parts, plan_to_merge=True)
     return {"retrieval_encoder": choice, "index": idx, "retrieval_eval": run.stage("evaluate-retrieval", now=True)}

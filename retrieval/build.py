@@ -107,7 +107,9 @@ def publish_staged(index_root: str | os.PathLike, staging: str | os.PathLike, n_
     ``CURRENT`` and retire old versions (``IndexConfig.keep_versions``, :func:`retrieval.versions.retire_versions`).
     The staging folder is removed unless ``keep_staging``. ``serving_parts(version_dir, manifest, chunks)``
     writes the version's serving parts (:func:`retrieval.parts.write_parts`) into the staged folder after
-    the sparse side, before ``CURRENT`` switches; its records become the manifest's ``parts``.
+    the sparse side, before ``CURRENT`` switches (a part fitted on the version itself loads that folder through
+    :func:`retrieval.parts.staged_view`; an error it raises publishes nothing); its records become the
+    manifest's ``parts``.
 
     ``parts``: the records of the embedded parts (``path``, ``sha256``) in part order, as the mapped embedding
     tasks returned them; each file is checked against its sha256. Without it the parts are read from staging.

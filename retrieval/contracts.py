@@ -25,11 +25,14 @@ EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", read
                    scratch=("index",), part_file=".npz", takes_parts={"plan": "index-plan"},
                    args={"ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path", "out_file": "*part"},
                    gpu=True)
-INDEX = Stage("index", "retrieval.stages:index_publish_stage", reads=("documents_clean", ENCODER),
+# the publish is answers.stages' (the layer above): with a question set it fits the answer scorer on the staged
+# version before CURRENT switches (SPEC §9)
+INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER),
               writes=(versioned("index"),), config=ChunkConfig,
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",
                         "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion"},
-              inputs=("answer_scorer", "reranker"), files=("answer_scorer", "reranker"),
+              inputs=("answer_scorer", "reranker", "answer_questions"),
+              files=("answer_scorer", "reranker", "answer_questions"),
               takes_parts={"plan": "index-plan", "parts": "embed-part"},
               args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path"},
               gpu=True)

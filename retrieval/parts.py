@@ -11,16 +11,23 @@ is the one unit serving loads, pins and rolls back.
 - ``reranker`` (``reranker.json``): the settings of the query pipeline's reranker (:mod:`retrieval.rerankers`).
 - any further model after the index (the related-documents model): one more :class:`PartSource`.
 
-Parts are written into the version folder while it is staged (before ``CURRENT`` switches) by
-:func:`write_parts`; :func:`verify_parts` checks them at load.
+A part is either a file fitted elsewhere and installed (:class:`PartSource`) or fitted on the staged version
+itself (:class:`FittedPart`: the answer scorer fitted on a configured question set, SPEC §9), which then
+searches with its own encoder, BM25 side and texts through :func:`staged_view` before ``CURRENT`` switches.
+Parts are written into the version folder while it is staged by :func:`write_parts`; :func:`part_path`
+checks each at load.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -117,18 +124,80 @@ def read_provenance(path: str | os.PathLike, name: str = "part") -> dict:
     return info.get("provenance") if isinstance(info.get("provenance"), dict) else {}
 
 
+@dataclass(frozen=True)
+class FittedPart:
+    """A JSON model fitted on the staged version itself, written into it as part ``name`` (file ``file``).
+
+    ``fit(index_root, version) -> (JSON text, record fields)``: called while the version is staged, with an
+    index root in which ``version`` loads as any published one (:func:`staged_view`: its search, pinned
+    encoder, BM25 side and the parts written before it); the record fields (e.g. ``provenance``, the fit's
+    figures) join the part's record in the manifest. Errors it raises abort the publication."""
+
+    name: str
+    file: str
+    fit: Callable[[Path, str], tuple[str, dict]]
+
+
 def write_parts(vdir: Path, manifest: dict, clean_dir: str | os.PathLike | None, doc_ids,
-                sources: tuple[PartSource, ...] = ()) -> dict:
+                sources: tuple[PartSource, ...] = (), fitted: tuple[FittedPart, ...] = (),
+                index_root: str | os.PathLike | None = None) -> dict:
     """Write every serving part into the staged version folder ``vdir``: the texts (when ``clean_dir`` is
-    given) and each of ``sources`` checked against the version's identity (:func:`version_identity` of
-    ``manifest``). Returns ``{part name: record}`` for the manifest's ``parts``."""
+    given), each of ``sources`` checked against the version's identity (:func:`version_identity` of
+    ``manifest``), then each of ``fitted`` fitted on the staged version (:func:`staged_view` over
+    ``index_root``, which ``fitted`` needs). Returns ``{part name: record}`` for the manifest's ``parts``.
+
+    Raises:
+        ValueError: ``fitted`` without ``index_root``; whatever a fit raises.
+    """
     parts = {}
     if clean_dir is not None:
         parts[TEXTS] = write_texts(vdir, clean_dir, doc_ids)
     ident = version_identity(manifest)
     for s in sources:
         parts[s.name] = install_part(vdir, s, ident)
+    if fitted:
+        if index_root is None:
+            raise ValueError("fitted parts need the index root (the staged version's pinned encoder lies there)")
+        with staged_view(vdir, {**manifest, "parts": dict(parts)}, index_root) as (root, version):
+            for f in fitted:
+                text, extra = f.fit(root, version)
+                (vdir / f.file).write_text(text, encoding="utf-8")
+                parts[f.name] = {"file": f.file, "sha256": file_sha256(vdir / f.file), **extra}
     return parts
+
+
+@contextmanager
+def staged_view(vdir: Path, manifest: dict, index_root: str | os.PathLike) -> Iterator[tuple[Path, str]]:
+    """``(root, version)``: a temporary index root in which the staged version folder ``vdir`` loads as
+    ``version`` (the name it will be published under: the next ``vN`` of ``index_root``) with everything a
+    published version has: a provisional ``manifest.json`` (``manifest`` with the version, size, chunk count
+    and a ``staged-`` build id; removed on exit, the publication writes the final one) and the pinned encoder
+    (``encoder_dir`` linked from ``index_root``). Nothing in ``index_root`` changes, ``CURRENT`` included.
+
+    Raises:
+        PartError: the manifest pins no encoder (``encoder_dir``).
+    """
+    from retrieval.versions import check_faiss_file, list_versions
+
+    rel = manifest.get("encoder_dir")
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise PartError("the staged version pins no encoder (encoder_dir): nothing to fit a part with")
+    index_root = Path(index_root)
+    version = f"v{max((int(v[1:]) for v in list_versions(index_root)), default=0) + 1}"
+    live = check_faiss_file(vdir / "index.faiss").ntotal - int((manifest.get("ann") or {}).get("tombstones", 0))
+    rows = pd.read_parquet(vdir / "chunks.parquet", columns=["chunk_id"]).shape[0]
+    (vdir / "manifest.json").write_text(json.dumps(
+        {**manifest, "version": version, "size": int(live), "chunks": int(rows),
+         "build_id": f"staged-{uuid.uuid4().hex}"}, ensure_ascii=False, default=str), encoding="utf-8")
+    try:
+        with tempfile.TemporaryDirectory(prefix="staged-index-") as tmp:
+            root = Path(tmp)
+            (root / version).symlink_to(vdir.resolve(), target_is_directory=True)
+            top = Path(rel).parts[0]
+            (root / top).symlink_to((index_root / top).resolve(), target_is_directory=True)
+            yield root, version
+    finally:
+        (vdir / "manifest.json").unlink(missing_ok=True)
 
 
 def part_path(vdir: Path, manifest: dict, name: str) -> Path:

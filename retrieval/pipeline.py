@@ -10,29 +10,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from retrieval.hits import SearchHit
 from retrieval.query import QueryLimits
 
 
 class Searcher(Protocol):
-    """Finds candidates: ``search(query, k, mode)`` → up to ``k`` chunk hits (dicts with ``doc_id``, ``start``,
-    ``end``, ``text``, ``score``, ...), best first (:meth:`retrieval.retrievers.Retriever.search`); ``limits``:
-    the largest ``k`` and the longest query it accepts."""
+    """Finds candidates: ``search(query, k, mode, tokens)`` → up to ``k`` :class:`~retrieval.hits.SearchHit` s,
+    best first, ``rerank_score`` None (:meth:`retrieval.retrievers.Retriever.search`); ``limits``: the largest
+    ``k`` and the longest query it accepts (a bad query or ``k`` raises ``retrieval.query.QueryError``)."""
 
     limits: QueryLimits
 
-    def search(self, query: str, k: int, mode: str = "hybrid", tokens: Sequence[str] | None = None) -> list[dict]:
+    def search(self, query: str, k: int, mode: str = "hybrid",
+               tokens: Sequence[str] | None = None) -> list[SearchHit]:
         ...
 
 
 class Reranker(Protocol):
-    """Reorders candidates: ``rerank(query, hits)`` → the same hits in a new order, each with its
-    ``rerank_score``; ``depth``: how many candidates it wants to see (the searcher is asked for at least this
-    many)."""
+    """Reorders candidates: ``rerank(query, hits)`` → the same :class:`~retrieval.hits.SearchHit` s (no new
+    ones, none dropped; an empty list for none), those it scored first in its order, each a copy
+    (``dataclasses.replace``, never an edit: hits are frozen) with ``rerank_score`` set (higher first) and
+    ``rerank_features`` replaced by its own named scores (``{}`` when it has none; rendered beside
+    ``rerank_score``, so named apart from :meth:`~retrieval.hits.SearchHit.to_dict`'s other keys); hits past its
+    ``depth`` may follow unchanged, in the search's order. ``name``: its kind, as the version's part names it;
+    ``depth``: how many candidates it wants to see (the searcher is asked for at least this many, at most its
+    ``limits.max_k``)."""
 
     name: str
     depth: int
 
-    def rerank(self, query: str, hits: list[dict]) -> list[dict]:
+    def rerank(self, query: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
         ...
 
 
@@ -43,10 +50,12 @@ class QueryPipeline:
     searcher: Searcher
     rerankers: Sequence[Reranker] = ()
 
-    def search(self, query: str, k: int, mode: str = "hybrid", tokens: Sequence[str] | None = None) -> list[dict]:
-        """Top-``k`` hits for ``query``: the searcher's top ``max(k, depth of every reranker)`` (at most its
-        ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid`` (the baselines' ``sparse``/``dense``) skips the rerankers. ``tokens``:
-        the query segmented by the searcher's tokenizer, when the caller has them.
+    def search(self, query: str, k: int, mode: str = "hybrid",
+               tokens: Sequence[str] | None = None) -> list[SearchHit]:
+        """Top-``k`` :class:`~retrieval.hits.SearchHit` s for ``query``: the searcher's top ``max(k, depth of
+        every reranker)`` (at most its ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid``
+        (the baselines' ``sparse``/``dense``) skips the rerankers. ``tokens``: the query segmented by the
+        searcher's tokenizer, when the caller has them.
 
         Raises:
             retrieval.query.QueryError: a bad query or ``k`` (the searcher's checks).

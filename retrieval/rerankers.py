@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from retrieval.hits import SearchHit
 from retrieval.sparse import bm25_scores
 
 RERANKER = "reranker"  # its part of an index version (retrieval.parts)
@@ -37,22 +38,22 @@ class WindowBM25Reranker:
     rrf_k: int = 60
     name: str = "bm25-window"
 
-    def windows(self, hits: list[dict]) -> list[str]:
+    def windows(self, hits: Sequence[SearchHit]) -> list[str]:
         """Each hit's chunk widened by ``window`` chars on each side within its document (the chunk alone when
         the document is not in ``texts``)."""
         out = []
         for h in hits:
-            text = self.texts.get(h["doc_id"])
+            text = self.texts.get(h.doc_id)
             if text is None:
-                out.append(h["text"])
+                out.append(h.text)
                 continue
-            out.append(text[max(0, int(h["start"]) - self.window):int(h["end"]) + self.window])
+            out.append(text[max(0, int(h.start) - self.window):int(h.end) + self.window])
         return out
 
-    def rerank(self, query: str, hits: list[dict]) -> list[dict]:
+    def rerank(self, query: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
         """``hits`` ordered by ``(1 − weight) / (rrf_k + search rank) + weight / (rrf_k + window-BM25 rank)``
-        (ranks 1-based; ties keep the search's order), each with ``rerank_score`` (that fused score) and
-        ``window_bm25``."""
+        (ranks 1-based; ties keep the search's order), each a copy with ``rerank_score`` (that fused score) and
+        ``rerank_features`` ``{"window_bm25": its window's BM25}``."""
         if not hits:
             return []
         toks = self.tokenize([query, *self.windows(hits)])
@@ -63,7 +64,8 @@ class WindowBM25Reranker:
         fused = [(1 - self.weight) / (self.rrf_k + i + 1) + self.weight / (self.rrf_k + int(bm_rank[i]))
                  for i in range(len(hits))]
         order = sorted(range(len(hits)), key=lambda i: -fused[i])
-        return [{**hits[i], "rerank_score": float(fused[i]), "window_bm25": float(bm[i])} for i in order]
+        return [replace(hits[i], rerank_score=float(fused[i]), rerank_features={"window_bm25": float(bm[i])})
+                for i in order]
 
 
 def reranker_from_json(text: str, texts: Mapping[str, str], tokenize) -> WindowBM25Reranker:

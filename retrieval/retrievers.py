@@ -2,7 +2,7 @@
 FlagEmbedding users know): :class:`DenseRetriever` (FAISS over the encoder's vectors), :class:`SparseRetriever`
 (BM25, bm25s) and :class:`HybridRetriever` (their weighted RRF, :mod:`retrieval.fusion`). A :class:`Hit` names
 a chunk row; :class:`Retriever` loads one index version with its pinned encoder, builds the three and answers
-with the chunk's columns."""
+with :class:`retrieval.hits.SearchHit` s (the chunk's columns and the scores)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +19,7 @@ from retrieval.dense import search_params, search_rows
 from retrieval.encoders import Encoder
 from retrieval.encoding import TextEncoder
 from retrieval.fusion import fuse_with
+from retrieval.hits import SearchHit
 from retrieval.pinning import EncoderMismatchError, verify_encoder
 from retrieval.query import QueryLimits, check_query
 from retrieval.sparse import SparseIndex, Tokenize, make_tokenizer, top_rows
@@ -231,13 +232,14 @@ class Retriever:
         return mode if self.sparse is not None else "dense"
 
     def search(self, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None) -> list[dict]:
-        """Top-k chunk dicts for ``query``: score (the mode's: fused RRF score for ``hybrid``, cosine for
-        ``dense``, BM25 for ``sparse``), dense_score, sparse_score, dense_rank, sparse_rank (1-based within
-        each side's top ``depth`` candidates, None beyond), mode, chunk_id, doc_id, start, end, text, title,
-        source, url. Hits whose score is below ``min_score`` are dropped. ``tokens``: the query as
-        :meth:`tokenize` segments it, when the caller has them (the query is then segmented once). ``hybrid`` on a version without a
-        sparse side answers ``dense``.
+               tokens: Sequence[str] | None = None) -> list[SearchHit]:
+        """Top-k chunks for ``query``, best first, as :class:`~retrieval.hits.SearchHit` s: score (the mode's:
+        fused RRF score for ``hybrid``, cosine for ``dense``, BM25 for ``sparse``), dense_score, sparse_score,
+        dense_rank, sparse_rank (1-based within each side's top ``depth`` candidates, None beyond), mode and the
+        chunk's columns (chunk_id, doc_id, start, end, text, title, source, url; ``external_id`` when the
+        documents had one). Hits whose score is below ``min_score`` are dropped. ``tokens``: the query as
+        :meth:`tokenize` segments it, when the caller has them (the query is then segmented once). ``hybrid``
+        on a version without a sparse side answers ``dense``.
 
         Raises:
             retrieval.query.QueryError: an empty or whitespace query, one longer than ``limits.max_chars``, or
@@ -247,8 +249,8 @@ class Retriever:
         query = check_query(query, k, self.limits)
         mode = self.mode(mode)
         hits = self.hybrid.search(query, k, mode, tokens)
-        return [{"score": h.score, "dense_score": h.dense_score, "sparse_score": h.sparse_score,
-                 "dense_rank": h.dense_rank, "sparse_rank": h.sparse_rank, "mode": mode, **self.chunk(h.row)}
+        return [SearchHit.of_chunk(self.chunk(h.row), h.score, mode, dense_score=h.dense_score,
+                                   sparse_score=h.sparse_score, dense_rank=h.dense_rank, sparse_rank=h.sparse_rank)
                 for h in hits if min_score is None or h.score >= min_score]
 
     def chunk(self, row: int) -> dict:
@@ -263,24 +265,31 @@ class Retriever:
         return {c: self.chunks[c].to_numpy() for c in self.chunks.columns}
 
 
-def query_index(index_root, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid") -> list[dict]:
-    """Top-k chunks for one query from the serving index version (see :class:`Retriever`)."""
+def query_index(index_root, query: str, k: int = 5, min_score: float | None = None,
+                mode: str = "hybrid") -> list[SearchHit]:
+    """Top-k chunks for one query from the serving index version (see :meth:`Retriever.search`)."""
     return Retriever(index_root).search(query, k, min_score, mode)
 
 
 def search(index: faiss.Index, chunks: pd.DataFrame, query_vecs: np.ndarray, k: int = 5,
-           min_score: float | None = None) -> list[list[dict]]:
-    """Top-k chunks per query vector (q, dim) of a bare FAISS index whose ids are ``chunks.chunk_id``: dicts
-    with score, chunk_id and the chunk's columns, hits below ``min_score`` dropped."""
+           min_score: float | None = None) -> list[list[SearchHit]]:
+    """Top-k chunks per query vector (q, dim) of a bare FAISS index whose ids are ``chunks.chunk_id``, best
+    first: ``dense`` :class:`~retrieval.hits.SearchHit` s (score = dense_score = cosine, dense_rank 1-based),
+    hits below ``min_score`` dropped.
+
+    Raises:
+        ValueError: ``chunks`` lacks a column a hit needs (doc_id, start, end, text).
+    """
     by_id = chunks.set_index("chunk_id")
     rows, scores = search_rows(index, query_vecs, k)
     out = []
     for ids, ss in zip(rows, scores):
         hits = []
-        for i, s in zip(ids, ss):
+        for rank, (i, s) in enumerate(zip(ids, ss), 1):
             if min_score is not None and s < min_score:
                 continue
             rec = {c: (None if isinstance(v, float) and np.isnan(v) else v) for c, v in by_id.loc[i].to_dict().items()}
-            hits.append({"score": float(s), "chunk_id": int(i), **rec})
+            hits.append(SearchHit.of_chunk({"chunk_id": int(i), **rec}, float(s), "dense", dense_score=float(s),
+                                           dense_rank=rank))
         out.append(hits)
     return out

@@ -178,8 +178,8 @@ def crawl_merge(data_dir: str, registry: str | None, refresh: bool, source_ids: 
 def sample_query(data_dir: str, query: str, k: int = 3) -> list[dict]:
     """Top-k hits for one query against the serving index (not cached: it reads the live index)."""
     hits = query_index(R.INDEX.write_paths(data_dir)["index"], query, k)
-    return [{"score": h["score"], "title": h["title"], "source": h["source"], "url": h["url"],
-             "doc_id": h["doc_id"]} for h in hits]
+    return [{"score": h.score, "title": h.title, "source": h.source, "url": h.url, "doc_id": h.doc_id}
+            for h in hits]  # the artifact's rows: rendered here (retrieval.hits.SearchHit)
 
 
 @task(name="lineage")

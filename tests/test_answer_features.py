@@ -14,6 +14,7 @@ from answers.echo import ECHO_FEATURES, EchoQuery, echo_matrix, normalized, ques
 from answers.doc_cache import build_entry
 from answers.features import (DOC_FEATURES, SPAN_FEATURES, STATIC, DocCandidates, Question, by_name, doc_features,
                               span_matrix, static_span_features)
+from retrieval.hits import RankedHit, SearchHit
 from retrieval.sparse import bm25_scores
 from answers.metrics import normalize
 
@@ -28,8 +29,8 @@ def _doc(text, title, q_tokens, tokenize):
     span, the question's BM25, a cosine on every other sentence and one hit over its first 40 chars."""
     e = build_entry(text, title, sentence_offsets(text), tokenize)
     n = len(e.sentences)
-    return DocCandidates(title, [{"start": 0, "end": min(40, len(text)), "rank": 3, "score": 1.0 / (len(text) % 7 + 1),
-                                  "dense_score": 0.5, "sparse_score": None, "sparse_rank": None}], 0, False,
+    hit = SearchHit(1.0 / (len(text) % 7 + 1), "hybrid", 1, title, 0, min(40, len(text)), text[:40], dense_score=0.5)
+    return DocCandidates(title, [RankedHit(3, hit)], 0, False,
                          {"title": title}, e, bm25_scores(q_tokens, e.sent_counts, e.sent_lens),
                          np.where(np.arange(n) % 2 == 0, np.linspace(0.2, 0.9, n), np.nan), e.spans, e.static)
 

@@ -195,7 +195,7 @@ def test_prepare_segments_the_question_once_into_typed_candidates(data, tok):
         assert len(d.bm) == len(d.dense) == len(d.sentences) and d.static.shape[0] == len(d.spans) > 0
         assert [prep.spans[i] for i in np.flatnonzero(prep.span_doc == g)] == d.spans
         assert all(0 <= sp.start < sp.end <= len(d.text) for sp in d.spans) and backend.store.get(d.doc_id)[0] == d.text
-        assert all(h["doc_id"] == d.doc_id and h["rank"] >= d.first_hit for h in d.hits)
+        assert all(r.hit.doc_id == d.doc_id and r.rank >= d.first_hit for r in d.hits)
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ def tok():
 
 
 def _rankings(r, queries, mode):
-    return [[h["doc_id"] for h in r.search(q, 5, mode=mode)] for q in queries]
+    return [[h.doc_id for h in r.search(q, 5, mode=mode)] for q in queries]
 
 
 def test_model_id_covers_every_weight_format_and_config(tmp_path):
@@ -62,7 +62,7 @@ def test_rollback_embeds_queries_with_the_pinned_encoder(tmp_path, tok):
     s1 = index_stage(clean, ckpt, root, CHUNKS, tokenizer=tok)
     queries = ["数据要素流通和交易制度", "职业院校办学条件", "耕地保护和农民增收"]
     r1 = Retriever(root, tokenizer=tok)
-    before = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in r1.search(q, 5, mode="dense")] for q in queries]
+    before = [[(h.chunk_id, round(h.dense_score, 5)) for h in r1.search(q, 5, mode="dense")] for q in queries]
     # a new fine-tune rewrites the same path with other weights; v2 is a full rebuild with model B
     shutil.rmtree(ckpt)
     save_tiny_policybert(ckpt, seed=2)
@@ -71,11 +71,11 @@ def test_rollback_embeds_queries_with_the_pinned_encoder(tmp_path, tok):
     m2 = json.loads((root / "v2" / "manifest.json").read_text())
     assert s2["full_rebuild"] and m1["model_id"] != m2["model_id"]
     assert (root / m1["encoder_dir"]).is_dir() and (root / m2["encoder_dir"]).is_dir()
-    v2 = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
+    v2 = [[(h.chunk_id, round(h.dense_score, 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
           for q in queries]
     assert v2 != before  # model B ranks/scores differently
     (root / "CURRENT").write_text("v1")  # rollback
-    after = [[(h["chunk_id"], round(h["dense_score"], 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
+    after = [[(h.chunk_id, round(h.dense_score, 5)) for h in Retriever(root, tokenizer=tok).search(q, 5, mode="dense")]
              for q in queries]
     assert after == before and s1["version"] == "v1"
     # a tampered pinned encoder is refused with a clear error
@@ -141,18 +141,18 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     assert fit["w_dense"] == min((w for w, o in fit["curve"] if o == best), key=lambda w: abs(w - 0.5))
     r = Retriever(root, tokenizer=tok)
     hits = r.search("养老服务体系和普惠托育", k=5)
-    assert hits[0]["doc_id"] == "d5" and hits[0]["mode"] == "hybrid"
+    assert hits[0].doc_id == "d5" and hits[0].mode == "hybrid"
     w, rrf = fit["w_dense"], fit["rrf_k"]
     qv = r.encoder.encode_queries(["养老服务体系和普惠托育"])[0]
     for h in hits:  # the fused score is the weighted RRF of the two ranks; the dense score the stored cosine
-        d, s = h["dense_rank"], h["sparse_rank"]
-        assert h["score"] == pytest.approx((w / (rrf + d) if d else 0) + ((1 - w) / (rrf + s) if s else 0))
-        assert h["dense_score"] == pytest.approx(float(r.vectors[r.chunks.index[r.chunks.chunk_id == h["chunk_id"]][0]] @ qv),
+        d, s = h.dense_rank, h.sparse_rank
+        assert h.score == pytest.approx((w / (rrf + d) if d else 0) + ((1 - w) / (rrf + s) if s else 0))
+        assert h.dense_score == pytest.approx(float(r.vectors[r.chunks.index[r.chunks.chunk_id == h.chunk_id][0]] @ qv),
                                                  abs=1e-5)
-    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     sp = r.search("养老服务体系和普惠托育", k=5, mode="sparse")
-    assert sp[0]["doc_id"] == "d5" and sp[0]["sparse_rank"] == 1 and sp[0]["score"] == sp[0]["sparse_score"] > 0
-    assert [h["score"] for h in sp] == sorted((h["score"] for h in sp), reverse=True)
+    assert sp[0].doc_id == "d5" and sp[0].sparse_rank == 1 and sp[0].score == sp[0].sparse_score > 0
+    assert [h.score for h in sp] == sorted((h.score for h in sp), reverse=True)
     titles = policy_docs()["title"].tolist()
     gold = policy_docs()["doc_id"].tolist()
     m = {mode: doc_metrics(_rankings(r, titles, mode), gold) for mode in ("dense", "sparse", "hybrid")}
@@ -177,7 +177,7 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     same = [(k, row2[int(i)]) for k, i in enumerate(c1.chunk_ids) if int(i) in row2]
     assert len(same) == s2["sparse_reused"] and all(bag(c1, a) == bag(c2, b) for a, b in same)
     hit = Retriever(root, tokenizer=tok).search("建立定期评估和督促检查机制", k=1, mode="sparse")[0]
-    assert hit["doc_id"] == "d2" and "督促检查" in hit["text"]
+    assert hit.doc_id == "d2" and "督促检查" in hit.text
     # what the refreshed version serves is what a full build of the same documents serves
     fresh = tmp_path / "fresh"
     index_stage(write_clean(policy_docs(edit=2), tmp_path / "c3"), ckpt, fresh, CHUNKS, tokenizer=tok)
@@ -186,7 +186,7 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     for q in titles + ["建立定期评估和督促检查机制"]:
         for mode in ("sparse", "dense", "hybrid"):
             ha, hb = a.search(q, k=8, mode=mode), b.search(q, k=8, mode=mode)
-            assert [(h["chunk_id"], h["score"]) for h in ha] == [(h["chunk_id"], h["score"]) for h in hb], (q, mode)
+            assert [(h.chunk_id, h.score) for h in ha] == [(h.chunk_id, h.score) for h in hb], (q, mode)
 
 
 def test_search_cli_modes(tmp_path, capsys, tok):
@@ -258,9 +258,9 @@ def test_convex_fusion_is_fitted_recorded_and_served(tmp_path, tok):
     assert r.hybrid.method == "convex"
     q = "养老服务体系和普惠托育"
     hits = r.search(q, k=5)
-    assert hits[0]["doc_id"] == "d5"
+    assert hits[0].doc_id == "d5"
     dense = r.search(q, k=r.hybrid.depth, mode="dense")
     sparse = r.search(q, k=r.hybrid.depth, mode="sparse")
-    expect = fuse_convex([h["chunk_id"] for h in dense], [h["score"] for h in dense],
-                         [h["chunk_id"] for h in sparse], [h["score"] for h in sparse], r.hybrid.w_dense)
-    assert [(h["chunk_id"], pytest.approx(h["score"])) for h in hits] == [(c, s) for c, s, *_ in expect[:5]]
+    expect = fuse_convex([h.chunk_id for h in dense], [h.score for h in dense],
+                         [h.chunk_id for h in sparse], [h.score for h in sparse], r.hybrid.w_dense)
+    assert [(h.chunk_id, pytest.approx(h.score)) for h in hits] == [(c, s) for c, s, *_ in expect[:5]]

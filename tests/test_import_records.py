@@ -92,4 +92,4 @@ def test_external_id_reaches_every_chunk_and_search_hit(tmp_path):
     hits = Retriever(tmp_path / "index").search("乡村振兴", k=5, mode="dense")
     assert len(hits) == 5
     by_doc = dict(zip(docs["doc_id"], docs["external_id"]))
-    assert all(h["external_id"] == by_doc[h["doc_id"]] for h in hits)
+    assert all(h.external_id == by_doc[h.doc_id] for h in hits)

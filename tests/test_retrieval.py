@@ -43,7 +43,8 @@ def test_publish_search_and_switch(tmp_path):
     vecs = rng.normal(size=(5, 8)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     ids = np.array([11, 22, 33, 44, 55], dtype=np.int64)
-    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": list("abcde"), "text": list("vwxyz")})
+    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": list("abcde"), "start": [0] * 5, "end": [1] * 5,
+                           "text": list("vwxyz")})
     assert current_version(tmp_path) is None
     with pytest.raises(FileNotFoundError):
         load_version(tmp_path)
@@ -54,8 +55,11 @@ def test_publish_search_and_switch(tmp_path):
     (tmp_path / "CURRENT").write_text("v1")  # rollback = switch the pointer back
     index, ch, _ = load_version(tmp_path)
     hits = search(index, ch, vecs[3:4], k=3)[0]
-    assert hits[0]["chunk_id"] == 44 and hits[0]["doc_id"] == "d" and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
-    assert all(h["score"] >= 0.5 for h in search(index, ch, vecs[3:4], k=5, min_score=0.5)[0])
+    assert hits[0].chunk_id == 44 and hits[0].doc_id == "d" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert hits[0].dense_score == hits[0].score and hits[0].dense_rank == 1 and hits[0].mode == "dense"
+    assert all(h.score >= 0.5 for h in search(index, ch, vecs[3:4], k=5, min_score=0.5)[0])
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['start', 'end'\]"):
+        search(index, ch.drop(columns=["start", "end"]), vecs[3:4], k=1)
 
 
 # -- incremental refresh with a real (tiny, randomly initialised) PolicyBERT encoder ------------------
@@ -135,7 +139,7 @@ def test_refresh_embeds_only_changed_chunks(tmp_path, tiny_encoder):
     index, chunks, manifest = load_version(tmp_path)
     assert manifest["index"]["kind"] == "hnsw" and index.ntotal == len(ch2)
     hit = search(index, chunks, tiny_encoder.encode_corpus([chunks.text.iloc[5]]), k=1)[0][0]
-    assert hit["score"] > 0.99  # HNSW is approximate: the chunk itself or a near-identical twin
+    assert hit.score > 0.99  # HNSW is approximate: the chunk itself or a near-identical twin
 
 
 def test_rank_metrics_and_queries():

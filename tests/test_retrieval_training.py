@@ -69,7 +69,7 @@ def test_retrieval_training_learns_and_the_index_serves_it(tmp_path, kind):
     index_stage(clean, out, tmp_path / "index", ChunkConfig(max_chars=120, overlap=30), tokenizer=tok)
     r = Retriever(tmp_path / "index", tokenizer=tok)
     assert r.manifest["retrieval"]["pooling"] == info["pooling"]
-    assert r.search("养老服务体系", k=3)[0]["doc_id"] == "d5"
+    assert r.search("养老服务体系", k=3)[0].doc_id == "d5"
 
 
 class Kill(Exception):

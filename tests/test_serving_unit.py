@@ -153,6 +153,7 @@ def test_a_reranker_is_a_pinned_part_of_the_query_pipeline(tmp_path, tok):
     """The reranker slot: a version published with a reranker part searches through it (flows.search too); a
     version without one searches as before; ``depth`` is capped by the search's own limit."""
     from retrieval.bundle import load_bundle
+    from retrieval.hits import SearchHit
     from retrieval.pipeline import QueryPipeline
     from retrieval.query import QueryLimits
     from retrieval.rerankers import WindowBM25Reranker, reranker_from_json
@@ -176,14 +177,15 @@ def test_a_reranker_is_a_pinned_part_of_the_query_pipeline(tmp_path, tok):
     b = load_bundle(index, tokenizer=tok)
     assert b.version == "v2" and b.manifest["parts"]["reranker"]["sha256"]
     got = b.pipeline.search(query, 10)
+    assert all(isinstance(h, SearchHit) and h.rerank_score is not None for h in got)  # typed through the reranker
     # weight 1: ordered by the window BM25 alone, which is the kernel over the hand-built windows
     r = b.pipeline.rerankers[0]
     wins = r.windows(got)
     texts = dict(zip(b.texts["doc_id"], b.texts["text"]))
-    assert wins[0] == texts[got[0]["doc_id"]][max(0, got[0]["start"] - 300):got[0]["end"] + 300]
-    scores = [h["window_bm25"] for h in got]
+    assert wins[0] == texts[got[0].doc_id][max(0, got[0].start - 300):got[0].end + 300]
+    scores = [h.rerank_features["window_bm25"] for h in got]
     assert scores == sorted(scores, reverse=True) and scores[0] > 0
-    assert {h["chunk_id"] for h in got} <= {h["chunk_id"] for h in b.retriever.search(query, 20)}
+    assert {h.chunk_id for h in got} <= {h.chunk_id for h in b.retriever.search(query, 20)}
     out = subprocess.run([sys.executable, "-m", "flows.search", query, "--data-dir", str(tmp_path / "data"), "-k",
                           "3"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
