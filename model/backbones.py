@@ -61,7 +61,12 @@ def _read_config(folder: str | os.PathLike) -> dict:
 
 def config_from_backbones(char_backbone: str, word_backbone: str | None = None, **overrides) -> PolicyBertConfig:
     """A PolicyBertConfig whose char encoder matches the BERT checkpoint (and whose word-layer count
-    matches ZEN's ``num_hidden_word_layers`` when given); ``overrides`` set fusion, max_words, etc."""
+    matches ZEN's ``num_hidden_word_layers`` when given); ``overrides`` set fusion, max_words, etc.
+
+    On a pretrained body the fusion starts as the identity (``fusion_init="identity"``, SPEC §6 "On a pretrained
+    body"; override with ``fusion_init="thesis"``), and ``token_stream`` is the folder's (:func:`model.tokens.
+    stream_kind`: ``pieces`` for a checkpoint with only a SentencePiece ``tokenizer.json``, such as the converted
+    e5)."""
     c = _read_config(char_backbone)
     keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
             "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
@@ -70,8 +75,23 @@ def config_from_backbones(char_backbone: str, word_backbone: str | None = None, 
     if word_backbone:
         z = _read_config(word_backbone)
         kw["num_word_layers"] = z.get("num_hidden_word_layers", kw.get("num_word_layers", 6))
+    if "pad_token_id" in c:
+        kw["pad_token_id"] = c["pad_token_id"]
+    # a pretrained body: fusion starts as the identity (SPEC §6, "On a pretrained body"), and the body reads its
+    # own tokens (pieces when the folder has only a SentencePiece tokenizer)
+    kw["fusion_init"] = "identity"
+    kw["token_stream"] = _stream_kind_or_chars(char_backbone)
     kw.update(overrides)
     return PolicyBertConfig(**kw)
+
+
+def _stream_kind_or_chars(folder) -> str:
+    from model.tokens import TokenStreamError, stream_kind
+
+    try:
+        return stream_kind(folder)
+    except TokenStreamError:
+        return "chars"
 
 
 def _copy(target: dict[str, torch.Tensor], name: str, value: torch.Tensor, report: dict, source: str) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 from transformers import PretrainedConfig
 
 FUSIONS = ("none", "gate", "attn")
+FUSION_INITS = ("thesis", "identity")
+TOKEN_STREAMS = ("chars", "pieces")
 
 
 class PolicyBertConfig(PretrainedConfig):
@@ -22,9 +24,17 @@ class PolicyBertConfig(PretrainedConfig):
         word_add_above: add the last word states to the char states at every layer >= num_word_layers, as ZEN
             does (SPEC §6; default). False fuses words only at the first num_word_layers layers, which keeps a
             pretrained char body's upper layers as they were (measured on the public benchmarks: README).
+        fusion_init: ``"thesis"`` (default; from-scratch models and the thesis fidelity check): every fusion adds
+            the word side at full strength as SPEC §6 writes it. ``"identity"`` (a pretrained body, SPEC §6 "On a
+            pretrained body"): each fused layer gets a per-channel scale ``word_scale`` initialised at 0 and
+            computes ``C + word_scale ⊙ (fusion(C, P) − C)``, so at step 0 the model outputs exactly what the body
+            outputs and the word side earns its weight (ReZero, Bachlechner et al. 2020; ControlNet's zero
+            convolutions, Zhang et al. 2023).
+        token_stream: what a position holds: ``"chars"`` (one char) or ``"pieces"`` (the body's own
+            SentencePiece pieces; :mod:`model.tokens`). Recorded so a checkpoint reloads with its inputs.
 
     Raises:
-        ValueError: unknown fusion, or num_word_layers outside [0, num_hidden_layers].
+        ValueError: unknown fusion, fusion_init or token_stream, or num_word_layers outside [0, num_hidden_layers].
     """
 
     model_type = "policybert"
@@ -36,10 +46,14 @@ class PolicyBertConfig(PretrainedConfig):
                  initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, pad_token_id: int = 0,
                  fusion: str = "gate", num_word_layers: int = 6, word_vocab_size: int = 104089,
                  max_words: int = 40, gate_bias_init: float = 5.0, classifier_dropout: float | None = None,
-                 word_add_above: bool = True,
+                 word_add_above: bool = True, fusion_init: str = "thesis", token_stream: str = "chars",
                  **kwargs):
         if fusion not in FUSIONS:
             raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        if fusion_init not in FUSION_INITS:
+            raise ValueError(f"fusion_init must be one of {FUSION_INITS}, got {fusion_init!r}")
+        if token_stream not in TOKEN_STREAMS:
+            raise ValueError(f"token_stream must be one of {TOKEN_STREAMS}, got {token_stream!r}")
         if not 0 <= num_word_layers <= num_hidden_layers:
             raise ValueError(f"num_word_layers={num_word_layers} must be in [0, {num_hidden_layers}]")
         kwargs.setdefault("is_decoder", False)
@@ -64,6 +78,8 @@ class PolicyBertConfig(PretrainedConfig):
         self.max_words = max_words
         self.gate_bias_init = gate_bias_init
         self.word_add_above = word_add_above
+        self.fusion_init = fusion_init
+        self.token_stream = token_stream
         self.classifier_dropout = classifier_dropout
         self.tie_word_embeddings = tie
         self.is_decoder = kwargs["is_decoder"]

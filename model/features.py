@@ -2,7 +2,10 @@
 
 Chars are single characters (whitespace dropped, latin lower-cased) looked up in a BERT
 ``vocab.txt`` (``BertTokenizer(vocab=...)``); a word match is ``(start, length, word_id)`` for every
-occurrence of every vocabulary word in the char sequence.
+occurrence of every vocabulary word in the char sequence. :func:`encode_tokens` encodes a token stream's output
+(:mod:`model.tokens`: chars, or a SentencePiece body's pieces with char spans): words are still matched on chars,
+and a word's ``word_spans`` entry is the range of tokens its chars overlap, so :func:`collate`'s matching matrix
+marks every token a word overlaps (SPEC §6).
 """
 from __future__ import annotations
 
@@ -203,6 +206,33 @@ def encode(chars_a: Sequence[str], chars_b: Sequence[str] | None, enc: CharEncod
     (:func:`select_words` with the MLM labels)."""
     ids, tt, a, b = encode_chars(chars_a, chars_b, enc, max_len)
     word_ids, spans = select_words(match_pair(a, b, matcher), max_words, rng)
+    return Encoded(ids, tt, word_ids, spans)
+
+
+def encode_tokens(ta, tb, enc, matcher: WordMatcher, max_len: int, max_words: int,
+                  rng: np.random.Generator) -> Encoded:
+    """:func:`encode` on a token stream's output (SPEC §6, "Tokens of a SentencePiece body"):
+    ``[CLS] a [SEP] (b [SEP])`` token ids (longest-first truncation in tokens), words matched on each side's
+    chars and mapped to the tokens their char span overlaps (:meth:`model.tokens.Tokens.word_tokens`), so
+    ``word_spans`` are ``(first token, token count)`` and :func:`collate`'s matching matrix marks every token
+    a word overlaps. On a one-char-per-token stream this is exactly :func:`encode` (tested).
+
+    Args:
+        ta, tb: :class:`model.tokens.Tokens` of each side (``tb`` None: a single text); enc: its stream
+            (``cls``/``sep`` ids).
+    """
+    la, lb = _truncated_lengths(len(ta.ids), len(tb.ids) if tb is not None else 0,
+                                max_len - (3 if tb is not None else 2))
+    a = ta.head(la)
+    ids = [enc.cls] + list(a.ids) + [enc.sep]
+    tt = [0] * len(ids)
+    words = a.word_tokens(matcher.match(a.chars), la, 1)
+    if tb is not None:
+        b = tb.head(lb)
+        ids += list(b.ids) + [enc.sep]
+        tt += [1] * (lb + 1)
+        words += b.word_tokens(matcher.match(b.chars), lb, la + 2)
+    word_ids, spans = select_words(words, max_words, rng)
     return Encoded(ids, tt, word_ids, spans)
 
 

@@ -9,6 +9,13 @@ word layer l, are projected onto chars ``P = Mᵀ·W`` (batch, seq_len, hidden) 
 ``config.fusion``: none ``C + P`` (ZEN), gate ``C + sigmoid(Linear([C; P])) ⊙ P`` (bias 5.0), attn
 ``LayerNorm(C + Dropout(MHA(q=C, k=P, v=P)))`` with padding masked. For l >= L_w the last word states
 are added as in ZEN (``config.word_add_above``; False stops fusing after layer L_w).
+
+``config.fusion_init="identity"`` (a pretrained body, SPEC §6 "On a pretrained body"): every fused layer l
+computes ``C + s_l ⊙ Δ_l`` where ``Δ_l`` is what its fusion adds to C (none/above: ``P``; gate:
+``sigmoid(Linear([C; P])) ⊙ P``; attn: ``LayerNorm(C + Dropout(MHA)) − C``) and ``s_l`` (hidden,) is a learned
+scale initialised at 0 (ReZero, Bachlechner et al. 2020; ControlNet's zero convolutions, Zhang et al. 2023):
+at step 0 the output is exactly the body's, and training moves ``s_l`` (its gradient is ``Σ ∂L/∂C ⊙ Δ_l``).
+``"thesis"`` (default) is SPEC §6 as written.
 """
 from __future__ import annotations
 
@@ -66,9 +73,12 @@ class GateFusion(nn.Module):
         super().__init__()
         self.gate = GateLinear(2 * config.hidden_size, config.hidden_size)
 
+    def delta(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
+        """What the gate adds to the char states: ``sigmoid(Linear([C; P])) ⊙ P`` (batch, seq_len, hidden)."""
+        return torch.sigmoid(self.gate(torch.cat([chars, words], dim=-1))) * words
+
     def forward(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
-        g = torch.sigmoid(self.gate(torch.cat([chars, words], dim=-1)))
-        return chars + g * words
+        return chars + self.delta(chars, words, char_mask)
 
 
 class AttnFusion(nn.Module):
@@ -85,12 +95,31 @@ class AttnFusion(nn.Module):
         out, _ = self.attn(chars, words, words, key_padding_mask=char_mask == 0, need_weights=False)
         return self.LayerNorm(chars + self.dropout(out))
 
+    def delta(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
+        """``forward − C``: the move the attention fusion makes (batch, seq_len, hidden)."""
+        return self.forward(chars, words, char_mask) - chars
+
 
 class AddFusion(nn.Module):
     """ZEN: ``C + P``."""
 
+    def delta(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
+        """``P``."""
+        return words
+
     def forward(self, chars: torch.Tensor, words: torch.Tensor, char_mask: torch.Tensor) -> torch.Tensor:
         return chars + words
+
+
+class WordScale(nn.Module):
+    """A per-channel scale ``weight`` (hidden,), initialised at 0 (identity fusion): ``x ⊙ weight``."""
+
+    def __init__(self, config: PolicyBertConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(config.hidden_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
 
 
 _FUSION = {"none": lambda c: AddFusion(), "gate": GateFusion, "attn": AttnFusion}
@@ -105,6 +134,10 @@ class PolicyBertEncoder(nn.Module):
         self.word_layers = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_word_layers)])
         self.fusion = nn.ModuleList([_FUSION[config.fusion](config) for _ in range(config.num_word_layers)])
         self.add_above = getattr(config, "word_add_above", True)
+        fused = 0 if not config.num_word_layers else (
+            config.num_hidden_layers if self.add_above else config.num_word_layers)
+        identity = getattr(config, "fusion_init", "thesis") == "identity"
+        self.fusion_scale = nn.ModuleList([WordScale(config) for _ in range(fused)]) if identity else None
 
     def forward(self, chars: torch.Tensor, char_mask: torch.Tensor, words: torch.Tensor | None,
                 word_mask: torch.Tensor | None, matching_matrix: torch.Tensor | None) -> torch.Tensor:
@@ -120,7 +153,11 @@ class PolicyBertEncoder(nn.Module):
             chars = layer(chars, char_add)
             if use_words and (i < len(self.fusion) or self.add_above):
                 projected = torch.bmm(m_t, words)
-                chars = self.fusion[i](chars, projected, char_mask) if i < len(self.fusion) else chars + projected
+                if self.fusion_scale is not None:  # identity init: C + s ⊙ Δ, s = 0 at step 0
+                    delta = self.fusion[i].delta(chars, projected, char_mask) if i < len(self.fusion) else projected
+                    chars = chars + self.fusion_scale[i](delta)
+                else:
+                    chars = self.fusion[i](chars, projected, char_mask) if i < len(self.fusion) else chars + projected
         return chars
 
 
@@ -147,19 +184,22 @@ class PolicyBertPreTrainedModel(PreTrainedModel):
             # missing from the checkpoint (a loaded gate is marked initialised and never gets here). A plain
             # fill_, because the `init` helpers skip a parameter the Linear init above already marked.
             module.bias.fill_(self.config.gate_bias_init)
+        elif isinstance(module, WordScale):
+            init.zeros_(module.weight)  # identity fusion: a scale missing from a checkpoint starts at 0 too
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """As :meth:`PreTrainedModel.from_pretrained`, but a ``fusion`` (keyword or config) other
-        than the checkpoint's raises ValueError instead of loading with fresh fusion weights."""
-        wanted = kwargs.get("fusion")
-        if isinstance(kwargs.get("config"), PolicyBertConfig):
-            wanted = kwargs["config"].fusion
-        if wanted is not None:
-            saved = PolicyBertConfig.from_pretrained(pretrained_model_name_or_path)
-            if saved.fusion != wanted:
-                raise ValueError(f"checkpoint {pretrained_model_name_or_path} was trained with fusion="
-                                 f"{saved.fusion!r}; refusing to load it as fusion={wanted!r}")
+        """As :meth:`PreTrainedModel.from_pretrained`, but a ``fusion`` or ``fusion_init`` (keyword or config)
+        other than the checkpoint's raises ValueError instead of loading with fresh fusion weights."""
+        for key in ("fusion", "fusion_init"):
+            wanted = kwargs.get(key)
+            if isinstance(kwargs.get("config"), PolicyBertConfig):
+                wanted = getattr(kwargs["config"], key)
+            if wanted is not None:
+                saved = getattr(PolicyBertConfig.from_pretrained(pretrained_model_name_or_path), key)
+                if saved != wanted:
+                    raise ValueError(f"checkpoint {pretrained_model_name_or_path} was trained with {key}="
+                                     f"{saved!r}; refusing to load it as {key}={wanted!r}")
         return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 

@@ -9,6 +9,11 @@ matched after masking: a word that overlaps any predicted char is dropped from `
 before the ``max_words`` cap (as ZEN drops the n-grams broken by ``[MASK]``; here also those over kept and
 replaced chars), so the word encoder never sees the identity of a masked word.
 
+Positions are the encoder's tokens (:mod:`model.tokens`): one char each for a char stream (unchanged), or a
+SentencePiece body's own pieces (SPEC §6, "Tokens of a SentencePiece body"): segmented words and vocabulary
+words are found on chars and mapped to the pieces their chars overlap, units sharing a piece are merged, so a
+masked word masks every piece it overlaps; ``max_len`` and ``mask_prob`` then count pieces.
+
 Groups (SPEC §1): the documents of each split are hashed into ``ceil(documents / group_docs)`` groups
 (:func:`doc_group`: a function of the doc id and the split's document count, never of the shard layout);
 each group is generated alone with its own seed ``(seed, epoch, split, group)``, so the build streams:
@@ -40,7 +45,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from model.features import CharEncoder, WordMatcher, encode_chars, select_words, to_chars
+from model.features import CharEncoder, WordMatcher, select_words, to_chars, truncate_pair
 from storage.bounds import check_bounds
 from storage.tables import TableWriter, iter_table, read_manifest
 
@@ -192,12 +197,36 @@ class _Columns:
         return pa.table(cols, schema=PRETRAIN_SCHEMA)
 
 
-def _sentence(text: str, words, m: int, matcher: WordMatcher) -> tuple[list[str], list, list]:
-    """What a sentence brings to any pair it is part of: its first ``m`` chars, its segmented-word units
-    ``(pos, len)`` inside them and its vocabulary matches ``(start, len, word_id)`` there (computed once;
-    a pair keeps those inside the truncated side, shifted to the side's offset)."""
+def _sentence(text: str, words, m: int, matcher: WordMatcher, enc=None) -> tuple[list[int], list, list]:
+    """What a sentence brings to any pair it is part of: the ids of its first ``m`` tokens, its segmented-word
+    units ``(pos, len)`` inside them and its vocabulary matches ``(start, len, word_id)`` there, in token
+    positions (computed once; a pair keeps those inside the truncated side, shifted to the side's offset).
+    One char per token unless ``enc`` is a pieces stream (:func:`_piece_sentence`)."""
+    if getattr(enc, "kind", "chars") == "pieces":
+        return _piece_sentence(text, words, m, matcher, enc)
     chars = _head_chars(text, m)
-    return chars, _units(words, 0, len(chars)), matcher.match(chars)
+    return enc.ids(chars) if enc is not None else chars, _units(words, 0, len(chars)), matcher.match(chars)
+
+
+def _piece_sentence(text: str, words, m: int, matcher: WordMatcher, enc) -> tuple[list[int], list, list]:
+    """:func:`_sentence` on a SentencePiece body's own pieces (SPEC §6, "Tokens of a SentencePiece body"):
+    units and words are found on chars and mapped to the tokens their char spans overlap; units that share a
+    token are merged into one masking unit, so masking a word masks every token it overlaps."""
+    toks = enc.tokens(text if len(text) <= 16 * m else text[:16 * m]).head(m)
+    units = toks.word_tokens(_units(words, 0, len(toks.chars)), m)
+    return list(toks.ids), merge_units(units), toks.word_tokens(matcher.match(toks.chars), m)
+
+
+def merge_units(units: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``(start, len)`` token ranges in start order, those that overlap merged into one range."""
+    out: list[tuple[int, int]] = []
+    for s, ln in units:
+        if out and s < out[-1][0] + out[-1][1]:
+            ps, pl = out[-1]
+            out[-1] = (ps, max(ps + pl, s + ln) - ps)
+        else:
+            out.append((s, ln))
+    return out
 
 
 def _inside(spans, offset: int, limit: int) -> list[tuple]:
@@ -207,7 +236,9 @@ def _inside(spans, offset: int, limit: int) -> list[tuple]:
 
 def _pair(sa: tuple, sb: tuple, enc: CharEncoder, cfg: PretrainDataConfig, rng: np.random.Generator) -> tuple:
     """One masked example from two :func:`_sentence` tuples: ``(ids, token_type_ids, word_ids, spans, labels)``."""
-    ids, tt, a, b = encode_chars(sa[0], sb[0], enc, cfg.max_len)
+    a, b = truncate_pair(sa[0], sb[0], cfg.max_len - 3)
+    ids = [enc.cls] + a + [enc.sep] + b + [enc.sep]
+    tt = [0] * (len(a) + 2) + [1] * (len(b) + 1)
     units = _inside(sa[1], 1, len(a)) + _inside(sb[1], len(a) + 2, len(b))
     ids, labels = whole_word_mask(ids, units, enc, cfg.mask_prob, rng)
     # words are matched after masking: any word over a predicted position is dropped (no leak)
@@ -236,15 +267,15 @@ def build_group(part: pd.DataFrame, split: str, enc: CharEncoder, matcher: WordM
     outs = [(_Columns(), dict.fromkeys(("examples", "random_next", "masked", "tokens"), 0)) for _ in rngs]
     multi_doc = len(starts) > 2
     for lo, hi in zip(starts[:-1], starts[1:]):
-        nxt = _sentence(texts[lo], words[lo], m, matcher) if hi - lo > 1 else None
+        nxt = _sentence(texts[lo], words[lo], m, matcher, enc) if hi - lo > 1 else None
         for i in range(lo, hi - 1):
-            sa, nxt = nxt, _sentence(texts[i + 1], words[i + 1], m, matcher)
+            sa, nxt = nxt, _sentence(texts[i + 1], words[i + 1], m, matcher, enc)
             for rng, (cols, cnt) in zip(rngs, outs):
                 label, sb = 0, nxt
                 if multi_doc and rng.random() < cfg.random_next_prob:
                     c = int(rng.integers(n - (hi - lo)))  # a sentence of another document: skip this one's rows
                     j, label = (c if c < lo else c + hi - lo), 1
-                    sb = _sentence(texts[j], words[j], m, matcher)
+                    sb = _sentence(texts[j], words[j], m, matcher, enc)
                 ids, tt, word_ids, spans, labels = _pair(sa, sb, enc, cfg, rng)
                 cols.add(docs[i], idxs[i], ids, tt, word_ids, spans, labels, label)
                 cnt["examples"] += 1

@@ -24,7 +24,8 @@ from model.baselines import pair_baselines
 from model.backbone_stage import BackboneConfig, has_checkpoint
 from model.backbones import config_from_backbones, init_from_backbones
 from model.configuration import PolicyBertConfig
-from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode, save_char_tokenizer, to_chars
+from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode_tokens, save_char_tokenizer
+from model.tokens import PieceStream, as_tokens, load_stream, stream_kind
 from model.modeling import PolicyBertForPreTraining
 from model.pretrain_data import READ_BATCH_ROWS, PretrainDataConfig, ShardedExamples, write_pretrain_epochs
 from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
@@ -46,13 +47,23 @@ def _copy_inputs_files(tokenizer_dir: Path, vocab_dir: Path, dest: Path) -> None
 
 
 def load_inputs(ckpt_dir: str | os.PathLike) -> tuple[CharEncoder, WordMatcher]:
-    """Char encoder and word matcher saved beside a checkpoint."""
+    """Token stream (:func:`model.tokens.load_stream`: chars, or the body's pieces) and word matcher saved
+    beside a checkpoint."""
     ckpt_dir = Path(ckpt_dir)
-    return CharEncoder.from_dir(ckpt_dir), WordMatcher.from_file(ckpt_dir / WORD_VOCAB)
+    return load_stream(ckpt_dir), WordMatcher.from_file(ckpt_dir / WORD_VOCAB)
 
 
 def tokenizer_stage(sentences_dir, out_dir, char_backbone: str | None = None, min_freq: int = 1) -> dict:
-    """Char tokenizer: the backbone's ``vocab.txt`` when given, else chars of the corpus sentences."""
+    """Char tokenizer: the backbone's ``vocab.txt`` when given, else chars of the corpus sentences; a backbone
+    whose folder holds only a SentencePiece ``tokenizer.json`` (the converted e5) gives its own pieces instead
+    (SPEC §6, "Tokens of a SentencePiece body"; :class:`model.tokens.PieceStream`)."""
+    if char_backbone and stream_kind(char_backbone) == "pieces":
+        stream = PieceStream.from_dir(char_backbone)
+        with atomic_path(out_dir) as tmp:
+            stream.save(tmp)
+            (tmp / "inputs.json").write_text(json.dumps({"sentences": manifest_fingerprint(sentences_dir),
+                                                         "char_backbone": char_backbone}))
+        return {"char_vocab_size": stream.size, "token_stream": "pieces"}
     with atomic_path(out_dir) as tmp:
         if char_backbone:
             vocab = Path(char_backbone, "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -75,7 +86,7 @@ def pretrain_data_stage(sentences_dir, segments_dir, vocab_dir, tokenizer_dir, s
     Raises:
         ValueError: a sentence's document has no split; storage.TableError: a missing input table.
     """
-    enc = CharEncoder.from_dir(tokenizer_dir)
+    enc = load_stream(tokenizer_dir)
     matcher = WordMatcher.from_file(Path(vocab_dir) / "vocab.txt")
     inputs = {"sentences": manifest_fingerprint(sentences_dir), "segments": manifest_fingerprint(segments_dir),
               "vocab": manifest_fingerprint(vocab_dir)}
@@ -166,7 +177,7 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     if plain and word_backbone:
         raise ValueError("the plain BERT baseline has no word encoder: it takes no --word-backbone")
     char_backbone = resolve_char_backbone(char_backbone, backbone)
-    enc = CharEncoder.from_dir(tokenizer_dir)
+    enc = load_stream(tokenizer_dir)
     word_list = [w for w in (Path(vocab_dir) / "vocab.txt").read_text(encoding="utf-8").splitlines() if w]
     matcher = WordMatcher(word_list)
     torch.manual_seed(cfg.seed)
@@ -236,11 +247,12 @@ def _finish_pretraining(model, run, held, fn, cfg, config, init_report, epochs, 
 
 def encode_pairs(pairs: pd.DataFrame, enc: CharEncoder, matcher: WordMatcher, max_len: int, max_words: int,
                  seed: int) -> list[dict]:
-    """Pairs (text_a, text_b, label) -> example dicts for :func:`collate`."""
+    """Pairs (text_a, text_b, label) -> example dicts for :func:`collate`, in the stream's tokens
+    (:func:`model.features.encode_tokens`; one char per token: what :func:`model.features.encode` gives)."""
     rng = np.random.default_rng(seed)
     out = []
     for a, b, label in zip(pairs["text_a"], pairs["text_b"], pairs["label"]):
-        e = encode(to_chars(a), to_chars(b), enc, matcher, max_len, max_words, rng)
+        e = encode_tokens(as_tokens(enc, a), as_tokens(enc, b), enc, matcher, max_len, max_words, rng)
         out.append({"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "word_ids": e.word_ids,
                     "word_spans": e.word_spans, "label": int(label)})
     return out

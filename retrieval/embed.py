@@ -1,7 +1,8 @@
 """Text embeddings from a PolicyBERT encoder (SPEC §7): mean over char states, L2-normalised.
 
-A text longer than the model's window is cut into windows of ``max_len - 2`` chars; the vector
-is the char-count-weighted mean of the windows' mean char states, then L2-normalised.
+A text longer than the model's window is cut into windows of ``max_len - 2`` tokens of the model's token stream
+(one char per position, or a SentencePiece body's own pieces: :mod:`model.tokens`, SPEC §6); the vector is the
+token-count-weighted mean of the windows' mean token states, then L2-normalised.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from model.features import CharEncoder, WordMatcher, collate, encode, to_chars
+from model.features import CharEncoder, WordMatcher, collate, encode_tokens
+from model.tokens import as_tokens
 from model.training import autocast, resolve_device
 
 
@@ -54,9 +56,9 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
     win = max_len - 2
     windows, owner = [], []
     for t, text in enumerate(texts):
-        chars = to_chars(text)
-        for s in range(0, len(chars), win):
-            e = encode(chars[s:s + win], None, enc, matcher, max_len, max_words, rng)
+        toks = as_tokens(enc, text)
+        for s in range(0, len(toks.ids), win):
+            e = encode_tokens(toks.window(s, s + win), None, enc, matcher, max_len, max_words, rng)
             windows.append({"input_ids": e.input_ids, "token_type_ids": e.token_type_ids,
                             "word_ids": e.word_ids, "word_spans": e.word_spans})
             owner.append(t)

@@ -94,3 +94,57 @@ def task_scores(kind: str, name: str, gold, pred) -> dict:
     if kind in ("token", "word"):
         return tag_accuracy(gold, pred)
     return classification_scores(gold, pred)
+
+
+def tag_scheme(labels: Sequence[str]) -> str:
+    """How char tags combine into a token's tag and spread back (SPEC §6, token labels of a SentencePiece body):
+    ``bmes`` (CWS), ``bio`` (NER: ``B-X``/``I-X``/``O``) or ``first`` (any other tag set, e.g. POS on a word's
+    first char)."""
+    if set(labels) <= {"B", "M", "E", "S"}:
+        return "bmes"
+    if all(t == "O" or t[:2] in ("B-", "I-") for t in labels):
+        return "bio"
+    return "first"
+
+
+def token_tag(char_tags: Sequence[str | None], scheme: str) -> str | None:
+    """The tag of a token from the tags of the chars it covers (None: nothing to learn there). ``bmes``: S if it
+    starts and ends a word, B if it starts one, E if it ends one, else M; ``bio``: its first char's tag;
+    ``first``: the first char tag that is set (the word starting inside the token), else None.
+
+    Raises:
+        ValueError: an empty ``char_tags`` or an unknown scheme.
+    """
+    if not char_tags:
+        raise ValueError("a token covers no char: it has no tag")
+    if scheme == "bmes":
+        starts, ends = char_tags[0] in ("B", "S"), char_tags[-1] in ("E", "S")
+        return "S" if starts and ends else "B" if starts else "E" if ends else "M"
+    if scheme == "bio":
+        return char_tags[0]
+    if scheme == "first":
+        return next((t for t in char_tags if t is not None), None)
+    raise ValueError(f"unknown tag scheme {scheme!r} (bmes, bio, first)")
+
+
+def char_tags(tag: str, k: int, scheme: str) -> list[str]:
+    """The tags of the ``k`` chars of a token tagged ``tag`` (inverse of :func:`token_tag` where the token lies
+    inside one word): ``bmes`` S -> B M… E (a one-char token: S), B -> B M…, E -> M… E, M -> M…; ``bio`` B-X ->
+    B-X I-X…, else ``tag`` on every char; ``first``: ``tag`` on every char.
+
+    Raises:
+        ValueError: ``k`` < 1 or an unknown scheme.
+    """
+    if k < 1:
+        raise ValueError(f"a token covers {k} chars")
+    if scheme == "bmes":
+        if k == 1:
+            return [tag]
+        head = "B" if tag in ("B", "S") else "M"
+        tail = "E" if tag in ("E", "S") else "M"
+        return [head] + ["M"] * (k - 2) + [tail]
+    if scheme == "bio":
+        return [tag] + ([f"I-{tag[2:]}"] if tag.startswith("B-") else [tag]) * (k - 1)
+    if scheme == "first":
+        return [tag] * k
+    raise ValueError(f"unknown tag scheme {scheme!r} (bmes, bio, first)")

@@ -1,0 +1,109 @@
+"""PolicySM-1 at equal budget: plain multilingual-e5-small fine-tuned vs PolicyBERT on the same body reading its
+own pieces with identity-initialised fusion (SPEC §6, "On a pretrained body", "Tokens of a SentencePiece body").
+
+    OMP_NUM_THREADS=1 python bench/fusion_bench.py --dataset DIR/policysm1 --e5 DIR/models/e5 \\
+        --word-vocab DIR/models/pretrain/word_vocab.txt [--models plain,gate,attn] [--layers 4] [--steps 150]
+
+Every model: the body's first ``--layers`` layers, token embeddings frozen (250k pieces: their AdamW state alone
+would be 0.8 GB), the same train rows, steps, batch, lr, seed and max length (pieces); PolicyBERT adds one word
+layer (started from char layer 0, word rows from the mean of their pieces, as ``model.benchmark.runner``),
+``fusion_init="identity"``. Best-by-dev (dev every steps/3), then test; printed beside the majority and
+overlap-LR baselines (:mod:`model.baselines`) fitted on the same train rows. One thread; writes ``--out`` (JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+def build(kind: str, e5: str, layers: int, matcher, stream, max_words: int):
+    """The classifier of ``kind`` (``plain`` | ``none`` | ``gate`` | ``attn``) on the e5 body, token
+    embeddings frozen."""
+    from transformers import BertForSequenceClassification
+
+    from model.backbones import config_from_backbones, init_from_backbones
+    from model.benchmark.runner import init_word_encoder
+    from model.modeling import PolicyBertForSequenceClassification
+
+    if kind == "plain":
+        m = BertForSequenceClassification.from_pretrained(e5, num_hidden_layers=layers, num_labels=2)
+    else:
+        cfg = config_from_backbones(e5, fusion=kind, num_hidden_layers=layers, num_word_layers=1, num_labels=2,
+                                    word_vocab_size=matcher.size, max_words=max_words)
+        m = PolicyBertForSequenceClassification(cfg)
+        init_from_backbones(m, e5)
+        init_word_encoder(m, stream, matcher)
+    m.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    return m
+
+
+def run(kind: str, args, data: dict, stream, matcher) -> dict:
+    """Fine-tune one model and score dev/test (accuracy, F1) with its best-by-dev weights."""
+    from model.stages import BatchCollator
+    from model.training import TrainConfig, evaluate_classifier, train
+
+    torch.manual_seed(args.seed)
+    model = build(kind, args.e5, args.layers, matcher, stream, args.max_words)
+    fn = BatchCollator(kind != "plain", args.max_words, stream.pad)
+    cfg = TrainConfig(max_steps=args.steps, batch_size=args.batch, eval_batch_size=64, lr=args.lr, seed=args.seed,
+                      device="cpu", log_every=max(1, args.steps // 5), save_every=0, eval_every=max(1, args.steps // 3))
+    t0 = time.perf_counter()
+    out = train(model, data["train"], fn, cfg, print,
+                evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
+    return {"model": kind, "best_step": out["best"]["step"] if out["best"] else None,
+            "dev": evaluate_classifier(model, data["dev"], fn, cfg),
+            "test": evaluate_classifier(model, data["test"], fn, cfg), "seconds": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", required=True, help="PolicySM-1 table folder (split=train/dev/test)")
+    ap.add_argument("--e5", required=True, help="converted e5 checkpoint (python -m model.e5 convert)")
+    ap.add_argument("--word-vocab", required=True, help="word vocabulary, one word a line")
+    ap.add_argument("--models", default="plain,gate,attn")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--max-len", type=int, default=64)
+    ap.add_argument("--max-words", type=int, default=24)
+    ap.add_argument("--eval", type=int, default=500, help="dev/test rows (seeded samples)")
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--out", default="fusion_bench.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    from model.baselines import pair_baselines
+    from model.features import WordMatcher
+    from model.stages import encode_pairs, read_split
+    from model.tokens import load_stream
+
+    stream, matcher = load_stream(args.e5), WordMatcher.from_file(args.word_vocab)
+    split = {"train": read_split(args.dataset, "train", args.steps * args.batch, args.seed),
+             **{s: read_split(args.dataset, s, args.eval, args.seed) for s in ("dev", "test")}}
+    data = {s: encode_pairs(df, stream, matcher, args.max_len, args.max_words, args.seed) for s, df in split.items()}
+    baselines = pair_baselines(split)
+    budget = {k: getattr(args, k) for k in ("layers", "steps", "batch", "lr", "max_len", "max_words", "eval", "seed")}
+    budget.update(threads=1, frozen="token embeddings", tokens="e5 pieces", train_rows=len(split["train"]))
+    rows = []
+    for k in args.models.split(","):  # the file after every model: a long run leaves what it finished
+        rows.append(run(k, args, data, stream, matcher))
+        tmp = Path(f"{args.out}.tmp")
+        tmp.write_text(json.dumps({"budget": budget, "baselines": baselines, "runs": rows}, indent=1, default=str),
+                       encoding="utf-8")
+        tmp.replace(args.out)
+    print(json.dumps(budget))
+    print(f"{'model':10} {'dev acc':>8} {'test acc':>8} {'test F1':>8}  s")
+    for r in rows:
+        print(f"{r['model']:10} {r['dev']['accuracy']:8.3f} {r['test']['accuracy']:8.3f} {r['test']['f1']:8.3f}  "
+              f"{r['seconds']:.0f}")
+    print(json.dumps(baselines, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
