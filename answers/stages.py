@@ -1,4 +1,5 @@
-"""The index stage with the answer scorer fitted inside it (SPEC §9): when the pipeline is given a question set
+"""The index stage with the models fitted on the staged version inside it: the answer scorer (SPEC §9) and the
+related-policies model (SPEC §12): when the pipeline is given a question set
 (``PipelineConfig.answer_questions``, NCPQA JSON Lines), the scorer pinned into the new index version is fitted
 on those questions against that version itself — its encoder, BM25 side and texts, while it is staged, before
 ``index/CURRENT`` switches (:class:`retrieval.parts.FittedPart`) — instead of installing a scorer fitted
@@ -16,6 +17,7 @@ from retrieval.parts import ANSWER_SCORER, FittedPart
 from retrieval.sparse import SparseConfig
 
 SCORER_FILE = "answer-scorer.json"
+RELATED_CACHE = "cache/related"  # the INDEX contract's scratch: default pairs, embedded segments
 
 
 def scorer_part(questions: str | os.PathLike, data_dir: str | os.PathLike | None = None, tokenizer=None,
@@ -47,11 +49,15 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
                         tokenizer=None, staging: str | os.PathLike | None = None,
                         parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
                         reranker: str | os.PathLike | None = None,
-                        answer_questions: str | os.PathLike | None = None) -> dict:
+                        answer_questions: str | os.PathLike | None = None,
+                        related_pairs: str | os.PathLike | None = None,
+                        related_corpus: str | os.PathLike | None = None, related_segments: int = 1) -> dict:
     """:func:`retrieval.stages.index_publish_stage`; with ``answer_questions`` (a question file in the NCPQA
     format) the version's ``answer_scorer`` part is fitted on it over the staged version (:func:`scorer_part`;
     ``answer_scorer`` is then not installed) and the result's ``serving_parts.answer_scorer.fit`` holds the fit's
-    figures.
+    figures. With ``related_pairs`` (a pair file) or ``related_corpus`` (a corpus to derive the default
+    title-pattern pairs from) the version also gets its ``related`` part: LTM-B trained over the staged version
+    (:func:`related.stage.related_part`, SPEC §12; its cache under ``DATA/cache/related``).
 
     Raises:
         FileNotFoundError / ValueError: naming the question file: missing, not NCPQA JSON Lines, or no question
@@ -66,6 +72,11 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
 
             tokenizer = make_tokenizer(sparse.segmenter)
         fitted = (scorer_part(answer_questions, Path(clean_dir).parent, tokenizer),)
+    if related_pairs or related_corpus:
+        from related.stage import related_part
+
+        fitted += (related_part(related_pairs or None, related_corpus or None,
+                                Path(clean_dir).parent / RELATED_CACHE, related_segments),)
     return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device, sparse=sparse,
                    fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts,
                    answer_scorer=None if answer_questions else answer_scorer, reranker=reranker,

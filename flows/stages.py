@@ -148,17 +148,25 @@ def model_stages(run: Run) -> dict:
 def serving_part_files(run: Run) -> None:
     """Give the index stage the files of its serving parts as inputs (their content enters its cache key),
     relative paths resolved from the repository root: ``answer_scorer`` and ``reranker`` (installed) or, with
-    ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`).
+    ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`),
+    and the pair file or corpus the related-policies model trains on (:func:`related.stage.related_part`; a
+    missing default corpus publishes without that part, said on the console).
 
     Raises:
-        FileNotFoundError: the configured question set does not exist.
+        FileNotFoundError: the configured question set or pair file does not exist.
         ValueError: the index stage's contract does not take the question set.
     """
     repo = Path(__file__).resolve().parent.parent
     names = ("answer_questions", "reranker") if run.cfg.answer_questions else ("answer_scorer", "reranker")
-    for part in names:
+    for part in (*names, "related_pairs", "related_corpus"):
         if getattr(run.cfg, part) and not run.inputs.get(part):
             run.inputs[part] = str(repo / getattr(run.cfg, part))
+    if run.cfg.related_pairs and not Path(run.inputs["related_pairs"]).is_file():
+        raise FileNotFoundError(f"related_pairs: pair file {run.inputs['related_pairs']} not found")
+    if run.inputs.get("related_corpus") and not Path(run.inputs["related_corpus"]).is_file():
+        print(f"related_corpus {run.inputs['related_corpus']} not found: versions are published without the "
+              "related-policies part")
+        run.inputs["related_corpus"] = ""
     if run.cfg.answer_questions:
         if not Path(run.inputs["answer_questions"]).is_file():
             raise FileNotFoundError(f"answer_questions: question file {run.inputs['answer_questions']} not found")

@@ -69,7 +69,7 @@ def test_every_stage_setting_names_a_config_field_and_every_config_field_is_set_
     # answer_scorer, reranker, answer_questions: files the flow resolves from the repository root and gives the
     # index stage as inputs (their content, not their path, enters the cache key)
     assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "reranker",
-                                                   "answer_questions"}
+                                                   "answer_questions", "related_pairs", "related_corpus"}
 
 
 def test_segmenter_setting_tokenizes_both_bm25s_and_sparse_fusion_are_settable():

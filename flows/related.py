@@ -1,0 +1,63 @@
+"""Related documents from the serving index version (SPEC §12): ``python -m flows.related DOC_ID --data-dir D
+[-k 10] [--version vN] [--id-column doc_id|external_id]`` prints one JSON line per related document
+(``doc_id, title, score, external_id``), best first, scored by the version's ``related`` part (LTM-B).
+
+``--pairs FILE`` (JSON Lines with two ids ``a``, ``b``, read as ``--id-column``) instead prints each line back
+with its ``score``. A missing part, an unknown id or a bad pair file is one ``error:`` line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m flows.related")
+    p.add_argument("doc_id", nargs="?")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--version", help="index version (default: the serving one)")
+    p.add_argument("--pairs", help="JSON Lines of id pairs {a, b} to score")
+    p.add_argument("--id-column", choices=("doc_id", "external_id"), default="doc_id")
+    a = p.parse_args(argv)
+    if (a.doc_id is None) == (a.pairs is None) or a.k < 1:
+        print("error: give one DOC_ID or --pairs FILE, and -k >= 1", file=sys.stderr)
+        return 2
+    from related import load
+    from retrieval.bundle import resolve_version
+    from storage import layout as L
+
+    try:
+        root = Path(a.data_dir) / L.INDEX
+        rel = load(root / resolve_version(root, a.version)[0])
+        lines = _pairs(rel, a.pairs, a.id_column) if a.pairs else rel.related(rel.resolve(a.doc_id, a.id_column), a.k)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 2
+    for row in lines:
+        print(json.dumps(row, ensure_ascii=False))
+    return 0
+
+
+def _pairs(rel, path: str, column: str) -> list[dict]:
+    """Each line of the pair file with ``score`` added (ids read as ``column``).
+
+    Raises:
+        ValueError: a line that is not a JSON object with ``a`` and ``b``. KeyError: an unknown id.
+    """
+    rows = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        if not isinstance(d, dict) or "a" not in d or "b" not in d:
+            raise ValueError(f"{path}:{i}: a pair needs the ids 'a' and 'b'")
+        pair = (rel.resolve(str(d["a"]), column), rel.resolve(str(d["b"]), column))
+        rows.append({**d, "score": rel.score([pair])[0]})
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

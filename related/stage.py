@@ -1,0 +1,147 @@
+"""Building the ``related`` part of an index version (SPEC §12, §7): LTM-B trained on a pair file over the
+version's own document matrices, plus documents outside the version (a corpus file) embedded with the version's
+pinned encoder and chunked as the version chunks.
+
+The part is one JSON file (``related.json``, :mod:`related.ltm`) whose ``info.provenance`` names the version's
+encoder (``encoder_model_id``) and segmenter, so :func:`retrieval.parts.install_part` installs it only into a
+version built with the same encoder. Wiring into the index stage (a few lines, see docs/related.md)::
+
+    figs = build_related_part(staged_vdir, pairs_file, work_dir, corpus=corpus_file)
+    PartSource("related", "related.json", figs["path"], requires=("encoder_model_id",))
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from related.ltm import LTMConfig, save
+from related.pairs import PairConfig, read_pairs, split_laws
+from related.ranking import rank_metrics
+from related.serve import PART_FILE
+from related.train import TrainConfig, ltm_scores, train_ltm
+
+
+def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
+    """(manifest, doc ids with chunks) of a staged or published version folder.
+
+    Raises:
+        FileNotFoundError: no ``manifest.json`` or ``chunks.parquet`` in ``version_dir``.
+    """
+    import pandas as pd
+
+    manifest = json.loads((version_dir / "manifest.json").read_text(encoding="utf-8"))
+    ids = set(pd.read_parquet(version_dir / "chunks.parquet", columns=["doc_id"])["doc_id"].astype(str))
+    return manifest, ids
+
+
+def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache_dir=None,
+                      max_segments: int = 2) -> tuple[dict, dict]:
+    """(id -> matrix, embedding figures): the version's own vectors for its documents, the others from
+    ``corpus`` (:func:`related.pairs.read_corpus` file; stripped texts) embedded by a
+    :class:`related.segments.SegmentCache` over the pinned encoder (``cache_dir``).
+
+    Raises:
+        ValueError: ids neither in the version nor in ``corpus``.
+    """
+    from related.pairs import load_texts, read_corpus
+    from related.segments import encoder_cache, version_matrices
+    from retrieval.chunks import ChunkConfig
+
+    _, inside = version_docs(version_dir)
+    mats = version_matrices(version_dir, [i for i in ids if i in inside], max_segments)
+    outside = sorted(set(ids) - set(mats))
+    if not outside:
+        return mats, {"embedded_segments": 0}
+    if corpus is None:
+        raise ValueError(f"{len(outside)} pair ids are not in the version and no corpus was given "
+                         f"(first: {outside[0]!r})")
+    texts = load_texts(read_corpus(corpus), outside)
+    if len(texts) < len(outside):
+        raise ValueError(f"{len(outside) - len(texts)} pair ids are neither in the version nor in {corpus}")
+    enc = version_dir.parent / manifest["encoder_dir"]
+    cache = encoder_cache(enc, cache_dir, ChunkConfig(**manifest.get("config", {})))
+    mats.update(cache.matrices(texts, max_segments))
+    return mats, cache.stats
+
+
+def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=None, candidates=None,
+                       cfg: LTMConfig = LTMConfig(max_segments=2), tcfg: TrainConfig = TrainConfig(),
+                       log=print) -> dict:
+    """Train LTM-B on ``pairs_file`` (:func:`related.pairs.read_pairs`; without a ``split`` column the pairs
+    are split by their ``b`` document, seeded) over the version in ``version_dir`` and write
+    ``out_dir/related.json``. ``candidates``: the pool test queries are ranked in (default: every ``b``).
+
+    Returns figures: ``path``, ``test`` (recall@1, MRR on the test positives, when any), ``best_dev_mrr``,
+    ``train_s``, ``epochs``, ``embedding`` (segments embedded / read from the cache, seconds).
+
+    Raises:
+        FileNotFoundError / ValueError: a missing version file, a bad pair file, ids without a document.
+    """
+    vdir, out = Path(version_dir), Path(out_dir)
+    manifest, _ = version_docs(vdir)
+    pairs = read_pairs(pairs_file)
+    if "split" not in pairs.columns:
+        split = split_laws(pairs["b"], PairConfig(seed=tcfg.seed))
+        pairs["split"] = pairs["b"].map(split)
+    ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(candidates or ()))
+    cache_dir = Path(cache_dir) if cache_dir else out / "segments"
+    mats, emb = document_matrices(vdir, manifest, ids, corpus, cache_dir, cfg.max_segments)
+    dim = next(iter(mats.values())).shape[1]
+    cands = sorted(candidates) if candidates else sorted(set(pairs["b"]))
+    model, hist = train_ltm(pairs, mats, replace(cfg, dim=dim), tcfg, log=log)
+    test = pairs[(pairs["split"] == "test") & (pairs["label"] == 1)]
+    figs = {"best_dev_mrr": hist["best_dev_mrr"], "train_s": round(hist["seconds"], 1),
+            "epochs": len(hist["epochs"]), "embedding": emb, "pairs": int(len(pairs)),
+            "test": rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), test, cands) if len(test) else None}
+    from retrieval.parts import version_identity
+    from storage import file_sha256
+
+    info = {"provenance": version_identity(manifest), "figures": figs, "pairs_sha256": file_sha256(pairs_file),
+            "train": asdict(tcfg)}
+    out.mkdir(parents=True, exist_ok=True)
+    save(model, out / PART_FILE, info)
+    return {**figs, "path": str(out / PART_FILE)}
+
+
+def default_pairs(corpus, out_file, cfg: PairConfig = PairConfig()) -> Path:
+    """The default pair set (the corpus's title-pattern pairs, :func:`related.pairs.derive_pairs`) written to
+    ``out_file`` once per corpus content (an existing file is reused: its name carries the corpus's sha256).
+
+    Raises:
+        FileNotFoundError: no ``corpus``. ValueError: the corpus has no regulation implementing a law.
+    """
+    from related.pairs import derive_pairs, read_corpus, write_pairs
+
+    out = Path(out_file)
+    if not out.is_file():
+        write_pairs(derive_pairs(read_corpus(corpus), cfg), out)
+    return out
+
+
+def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, seed: int = 13, log=print):
+    """The ``related`` part of a staged index version as a :class:`retrieval.parts.FittedPart`: LTM-B trained
+    (:func:`build_related_part`) on ``pairs`` (a pair file a user brings) or, without one, on the default set
+    derived from ``corpus`` (the LawRefBook title-pattern pairs, whose documents are embedded with the version's
+    pinned encoder, first ``max_segments`` segments each, cached under ``work_dir``). The part's record holds
+    the version's ``provenance`` and the training ``figures`` (held-out recall@1 / MRR of the parent law).
+
+    Raises (when fitted): FileNotFoundError / ValueError from the pair file, the corpus or the training.
+    """
+    from retrieval.parts import FittedPart, version_identity
+    from storage import file_sha256
+
+    work = Path(work_dir)
+
+    def fit(index_root: Path, version: str) -> tuple[str, dict]:
+        pairs_file = pairs or default_pairs(corpus, work / f"pairs-{file_sha256(corpus)[:16]}-{seed}.jsonl",
+                                            PairConfig(seed=seed))
+        vdir = Path(index_root) / version
+        figs = build_related_part(vdir, pairs_file, work / "model", corpus=corpus, cache_dir=work / "segments",
+                                  cfg=LTMConfig(max_segments=max_segments), tcfg=TrainConfig(seed=seed), log=log)
+        text = Path(figs.pop("path")).read_text(encoding="utf-8")
+        manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
+        return text, {"provenance": version_identity(manifest), "figures": figs,
+                      "pairs": "default" if not pairs else str(pairs)}
+
+    return FittedPart("related", PART_FILE, fit)

@@ -1,0 +1,47 @@
+"""The related-policies model pinned in the index version (SPEC §12, §7): the index stage trains LTM-B on the
+staged version before ``CURRENT`` switches — by default on the title-pattern pairs of a corpus of laws whose
+documents are embedded with the version's pinned encoder — and records it as the version's ``related`` part, so
+serving ranks the version's own documents with it and a version published without it has none."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_related import corpus_rows
+
+CHUNKS = dict(max_chars=120, overlap=30)
+
+
+def test_the_index_stage_pins_a_related_model_trained_on_the_default_pairs(tmp_path):
+    from answers.stages import index_publish_stage
+    from related import load
+    from retrieval.chunks import ChunkConfig
+    from retrieval.parts import version_identity
+    from tests.retrieval_builders import policy_docs, save_tiny_bert, write_clean
+
+    corpus = tmp_path / "laws.jsonl"
+    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in corpus_rows()) + "\n", encoding="utf-8")
+    data = tmp_path / "data"
+    clean = write_clean(policy_docs(), data / "documents_clean")
+    enc = save_tiny_bert(tmp_path / "enc")
+    res = index_publish_stage(clean, enc, data / "index", ChunkConfig(**CHUNKS), sparse=None,
+                              answer_scorer=None, related_corpus=corpus, related_segments=2)
+    vdir = data / "index" / res["version"]
+    manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
+    rec = manifest["parts"]["related"]
+    ident = version_identity(manifest)
+    assert {k: rec["provenance"][k] for k in ident} == ident  # trained over this version's encoder
+    figs = rec["figures"]
+    assert figs["embedding"]["embedded_segments"] > 0  # the laws are outside the version: embedded with its encoder
+    assert figs["test"]["queries"] >= 1 and rec["pairs"] == "default"
+    assert sorted((data / "cache" / "related").glob("pairs-*.jsonl"))  # the derived pair file, reused next time
+    rel = load(vdir)
+    hits = rel.related("d0", k=3)
+    assert len(hits) == 3 and "d0" not in {h["doc_id"] for h in hits}
+    assert {h["doc_id"] for h in hits} <= set(policy_docs()["doc_id"])  # ranks the version's own documents
+    again = index_publish_stage(clean, enc, data / "index", ChunkConfig(**CHUNKS), sparse=None, answer_scorer=None)
+    v2 = json.loads((data / "index" / again["version"] / "manifest.json").read_text(encoding="utf-8"))
+    assert "related" not in v2["parts"]  # published without a pair source: no related model
+    with pytest.raises(Exception, match="related part"):
+        load(data / "index" / again["version"])
