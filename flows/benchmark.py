@@ -2,14 +2,18 @@
 and SPM and evaluate on test, beside baselines that cannot learn from the encoder.
 
     python -m flows.benchmark --task cws|pos|ner|dc|sa|spm|all --model DIR [--fusion none,gate,attn] [--seeds N]
-        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--no-word-add-above] [--out DIR]
-        [--data ../shared/benchmarks]
+        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--no-word-add-above] [--qv-layers N]
+        [--qv-gate-bias B] [--out DIR] [--data ../shared/benchmarks]
 
 ``--model DIR`` is a BERT checkpoint with a char ``vocab.txt`` (rows ``plain`` + PolicyBERT with each
 ``--fusion`` on its body) or a PolicyBERT checkpoint (its own fusion). Splits: the published ones, or the
 README's fallbacks (said in the table). Writes ``OUT/benchmark.parquet`` (one row per task x model x seed x
 metric: ``task, model, seed, metric, value`` + ``train_rows, test_rows, split, budget, seconds``),
 ``OUT/benchmark.md`` and the ``benchmark`` table artifact (mean ± std, the thesis's figure, fusion vs plain).
+
+``--qv-layers N`` (SPEC §11): on the sequence tasks (dc, sa, spm) every model row is also run with QV-attention
+on its last N char layers, as row ``<model>+qvN`` (same seeds and budget), compared with its own row without QV
+(``vs plain`` / ``> 2 std`` of that row); token tasks are run without it.
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-word-add-above", action="store_true",
                    help="PolicyBERT fuses words in its word layers only (config word_add_above=False; default: "
                         "the last word states are also added above them, as ZEN, SPEC §6)")
+    p.add_argument("--qv-layers", type=int, default=0,
+                   help="also run each model with QV-attention on its last N layers on dc/sa/spm (SPEC §11; 0 = off)")
+    p.add_argument("--qv-gate-bias", type=float, default=10.0,
+                   help="initial bias of the QV gate: beta = sigmoid(bias) ~ 1 keeps the body intact at step 0")
     return p
 
 
@@ -54,6 +62,8 @@ def validate(args: argparse.Namespace) -> argparse.Namespace:
         raise ValueError(f"--fusion {args.fusion}: choose from none, gate, attn")
     if args.seeds < 1:
         raise ValueError(f"--seeds {args.seeds}: need at least 1")
+    if args.qv_layers < 0:
+        raise ValueError(f"--qv-layers {args.qv_layers}: must be >= 0 (0 = off)")
     if not args.baselines_only:
         if not args.model or not (Path(args.model) / "config.json").is_file():
             raise ValueError(f"--model {args.model}: not a checkpoint folder (no config.json)")
@@ -97,10 +107,11 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
                    budget: str = "cpu-small", out: str = "eval/benchmark", data: str | None = None,
                    max_train: int | None = None, max_eval: int | None = None, vocab: str | None = None,
                    device: str | None = None, baselines_only: bool = False,
-                   word_add_above: bool = True) -> list[dict]:
+                   word_add_above: bool = True, qv_layers: int = 0, qv_gate_bias: float = 10.0) -> list[dict]:
     """Per task: load (fallback splits), cap to the budget, baselines, then every model row x seed (seeds 13,
-    14, ...); write ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table
-    artifact. Returns the summary table (:func:`model.benchmark.report.summary`)."""
+    14, ...), on sequence tasks also each row with QV-attention on its last ``qv_layers`` layers; write
+    ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table artifact. Returns the
+    summary table (:func:`model.benchmark.report.summary`, QV rows compared by :func:`qv_versus_base`)."""
     import pandas as pd
 
     from model.benchmark.data import cap, load_task
@@ -123,15 +134,17 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
         if not baselines_only:
             matcher, source = word_matcher(splits, model_dir, vocab)
             print(f"{name}: words from {source}")
-            for variant in variants_for(model_dir, fusions):
+            for variant, vb, label in model_rows(variants_for(model_dir, fusions), b, splits.task.kind,
+                                                 qv_layers, qv_gate_bias):
                 for k in range(seeds):
-                    r = T.finetune(splits, model_dir, variant, b, 13 + k, matcher)
-                    rows += long_rows(name, variant, 13 + k, r["scores"], seconds=r["seconds"], **extra)
-                    print(f"{name} {variant} seed {13 + k}: {json.dumps(r['scores'])} ({r['seconds']:.0f} s, "
+                    r = T.finetune(splits, model_dir, variant, vb, 13 + k, matcher)
+                    rows += long_rows(name, label, 13 + k, r["scores"], seconds=r["seconds"],
+                                      **dict(extra, budget=vb.describe()))
+                    print(f"{name} {label} seed {13 + k}: {json.dumps(r['scores'])} ({r['seconds']:.0f} s, "
                           f"{r['steps']} steps, best step {r['best_step']}, {r['device']})")
         print(f"{name}: {time.perf_counter() - t0:.0f} s")
     df = pd.DataFrame(rows)
-    table = summary(df)
+    table = qv_versus_base(df, summary(df))
     outp = Path(out)
     outp.mkdir(parents=True, exist_ok=True)
     with atomic_path(outp / "benchmark.parquet") as tmp:
@@ -142,6 +155,38 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
     create_table_artifact(table=table, key="benchmark",
                           description=title + ". Thesis figures (Table 4, PolicyBERT) for reference only: other "
                                               "splits and training data where a fallback is named.")
+    return table
+
+
+def model_rows(variants: list[str], b, kind: str, qv_layers: int, qv_gate_bias: float) -> list[tuple]:
+    """``(variant, budget, row label)`` per model row: each variant as is, and on sequence tasks with
+    ``qv_layers`` > 0 also with QV-attention (label ``<variant>+qv<N>``, SPEC §11)."""
+    rows = [(v, b, v) for v in variants]
+    if qv_layers and kind in ("seq", "pair"):
+        qb = replace(b, qv_layers=qv_layers, qv_gate_bias=qv_gate_bias)
+        rows += [(v, qb, f"{v}+qv{qv_layers}") for v in variants]
+    return rows
+
+
+def qv_versus_base(df, table: list[dict]) -> list[dict]:
+    """Fill ``vs plain`` / ``> 2 std`` of every ``<model>+qvN`` row against its own ``<model>`` row on the same
+    task (difference of means; "yes" when it exceeds 2 x sqrt(std_qv² + std_base²), sample std over seeds)."""
+    import statistics
+
+    for row in table:
+        if "+qv" not in row["model"]:
+            continue
+        base = row["model"].split("+qv")[0]
+        sel = df[(df["task"] == row["task"]) & (df["metric"] == row["metric"])]
+        qv, ref = (list(sel[sel["model"] == m]["value"]) for m in (row["model"], base))
+        if not ref:
+            continue
+        diff = statistics.mean(qv) - statistics.mean(ref)
+        row["seeds"] = len(qv)  # the report counts seeds of the fusion rows only
+        row["vs plain"] = f"{diff:+.4f} (vs {base})"
+        row["> 2 std"] = ("n/a (1 seed)" if min(len(qv), len(ref)) < 2 else
+                          "yes" if abs(diff) > 2 * (statistics.stdev(qv) ** 2 + statistics.stdev(ref) ** 2) ** 0.5
+                          else "no")
     return table
 
 
@@ -156,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     table = benchmark_flow(args.tasks, args.model, args.fusions, args.seeds, args.budget, args.out, args.data,
                            args.max_train, args.max_eval, args.vocab, args.device, args.baselines_only,
-                           not args.no_word_add_above)
+                           not args.no_word_add_above, args.qv_layers, args.qv_gate_bias)
     print(markdown(table))
     return 0
 

@@ -10,6 +10,10 @@ Models (``variant``):
   body (:func:`model.backbones.init_from_backbones`), the word layers start as copies of the first char layers
   and each word's embedding as the mean of its chars' embeddings; the fusion layers are new.
 
+QV-attention (SPEC §11): a budget with ``qv_layers = N > 0`` puts Query-Value attention
+(:mod:`model.qv_attention`) into the last N char layers of any row's model on the sequence tasks (DC, SA, SPM);
+``config.qv_layers`` / ``qv_gate_bias`` are saved with the model and :func:`load_finetuned` rebuilds it exactly.
+
 Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows, steps, length and layers to fit all six tasks x plain +
 gate x 3 seeds on 2 CPU cores within an hour; ``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
 batch 32, lr 5e-5, max length 128, every layer).
@@ -21,12 +25,12 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from model.benchmark.data import Splits, cap
-from model.benchmark.inputs import Collator, encode_split, token_rows
+from model.benchmark.inputs import Collator, char_predictions, encode_split, token_rows
 from model.benchmark.metrics import task_scores
 from model.features import CharEncoder, WordMatcher
 
@@ -38,7 +42,8 @@ class Budget:
     """A fine-tuning budget: train rows (``max_train``, None = all), dev/test rows (``max_eval``), optimiser
     steps (``max_steps``, None = ``epochs`` decide), batch size, learning rate, max sequence length in chars,
     char layers kept from the backbone (``layers``, None = all), word layers of a new word encoder, words per
-    example, evaluations per run (dev at each epoch end, or every ``eval_every`` steps), device."""
+    example, evaluations per run (dev at each epoch end, or every ``eval_every`` steps), device, and QV-attention
+    on the last ``qv_layers`` char layers of sequence-task models (0 = off; gate bias ``qv_gate_bias``, SPEC §11)."""
 
     name: str
     max_train: int | None
@@ -54,13 +59,17 @@ class Budget:
     eval_every: int = 0
     device: str = "auto"
     word_add_above: bool = True
+    qv_layers: int = 0
+    qv_gate_bias: float = 10.0
 
     def describe(self) -> str:
         """One line for the table: the caps of this budget."""
         return (f"{self.name}: train <= {self.max_train or 'all'} rows, dev/test <= {self.max_eval or 'all'}, "
                 f"{f'{self.max_steps} steps' if self.max_steps else f'{self.epochs} epochs'}, batch {self.batch_size}, "
                 f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
-                f"word layers {self.word_layers}" + ("" if self.word_add_above else ", words fused in word layers only"))
+                f"word layers {self.word_layers}" + ("" if self.word_add_above else ", words fused in word layers only")
+                + (f", QV-attention on the last {self.qv_layers} layer(s) (gate bias {self.qv_gate_bias:g})"
+                   if self.qv_layers else ""))
 
 
 BUDGETS: dict[str, Budget] = {
@@ -100,12 +109,26 @@ def _head_kwargs(splits: Splits) -> dict:
 
 def build_model(model_dir: str | os.PathLike, variant: str, splits: Splits, budget: Budget, enc: CharEncoder,
                 matcher: WordMatcher) -> torch.nn.Module:
-    """The token or sequence model of ``variant`` for the task (module docstring).
+    """The token or sequence model of ``variant`` for the task (module docstring), with QV-attention on its last
+    ``budget.qv_layers`` char layers when set (sequence tasks only).
 
     Raises:
-        ValueError: a ``plain`` row asked of a PolicyBERT checkpoint, or a fusion other than a PolicyBERT
-            checkpoint's own.
+        ValueError: a ``plain`` row asked of a PolicyBERT checkpoint, a fusion other than a PolicyBERT
+            checkpoint's own, or ``qv_layers`` on a token task.
     """
+    if budget.qv_layers and splits.task.kind in ("token", "word"):
+        raise ValueError(f"qv_layers={budget.qv_layers}: QV-attention is for the sequence tasks (dc, sa, spm), "
+                         f"not {splits.task.name}")
+    m = _build_body_model(model_dir, variant, splits, budget, enc, matcher)
+    if budget.qv_layers:
+        from model.qv_attention import apply_qv
+
+        apply_qv(m, budget.qv_layers, budget.qv_gate_bias)
+    return m
+
+
+def _build_body_model(model_dir, variant: str, splits: Splits, budget: Budget, enc: CharEncoder,
+                      matcher: WordMatcher) -> torch.nn.Module:
     from transformers import (AutoModelForSequenceClassification, AutoModelForTokenClassification,
                               BertForSequenceClassification, BertForTokenClassification)
 
@@ -156,8 +179,10 @@ def init_word_encoder(m: torch.nn.Module, enc: CharEncoder, matcher: WordMatcher
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, batch_size: int,
-            device: str = "auto") -> list:
-    """Argmax label ids: per example a list over its window's chars (token tasks) or one id (sequence tasks)."""
+            device: str = "auto", labels: Sequence[str] = ()) -> list:
+    """Argmax label ids: per example a list over its window's chars (token tasks; a pieces window's token
+    predictions spread over its chars by ``labels``, :func:`model.benchmark.inputs.char_predictions`, SPEC §6)
+    or one id (sequence tasks)."""
     from model.training import autocast, batches, resolve_device
 
     dev = resolve_device(device)
@@ -169,7 +194,7 @@ def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, 
         with autocast(dev):
             ids = model(**batch).logits.float().argmax(-1).cpu()
         if ids.dim() == 2:
-            out += [ids[j, 1:1 + e["n"]].tolist() for j, e in enumerate(ex)]
+            out += [char_predictions(e, ids[j, 1:].tolist(), labels) for j, e in enumerate(ex)]
         else:
             out += ids.tolist()
     return out
@@ -196,26 +221,29 @@ def decode(examples: list[dict], pred: list, df, splits: Splits) -> tuple[list, 
 
 def evaluate(model, examples, df, splits: Splits, collate_fn, budget: Budget) -> dict:
     """The task's metrics of ``model`` on one split's encoded examples (``df`` its rows)."""
-    pred = predict(model, examples, collate_fn, max(budget.batch_size * 2, 8), budget.device)
+    pred = predict(model, examples, collate_fn, max(budget.batch_size * 2, 8), budget.device, splits.labels)
     gold, out = decode(examples, pred, df, splits)
     return task_scores(splits.task.kind, splits.task.name, gold, out)
 
 
-def char_encoder(model_dir: str | os.PathLike) -> CharEncoder:
-    """The char ids of a checkpoint (its ``vocab.txt``: one char per line, BERT specials included).
+def char_encoder(model_dir: str | os.PathLike):
+    """The token stream of a checkpoint (:func:`model.tokens.load_stream`, SPEC §6): one char per position
+    from its ``vocab.txt``, or the body's own SentencePiece pieces from its ``tokenizer.json``.
 
     Raises:
-        FileNotFoundError: the checkpoint has no char ``vocab.txt`` (a SentencePiece checkpoint must first be
-            turned into a char checkpoint, :func:`model.backbones.char_checkpoint_from_pieces`).
+        model.tokens.TokenStreamError: the folder holds no tokenizer a stream can be built from.
     """
-    if not (Path(model_dir) / "vocab.txt").is_file():
-        raise FileNotFoundError(f"{model_dir}: no char vocab.txt (PolicyBERT reads one char per position)")
-    return CharEncoder.from_dir(model_dir)
+    from model.tokens import load_stream
+
+    return load_stream(model_dir)
 
 
 def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, budget: Budget, seed: int,
-                  matcher: WordMatcher, log: Callable[[str], None] = print) -> dict:
-    """Fine-tune ``variant`` on the (capped) train split, keep the best-by-dev weights, score test.
+                  matcher: WordMatcher, log: Callable[[str], None] = print,
+                  save_dir: str | os.PathLike | None = None) -> dict:
+    """Fine-tune ``variant`` on the (capped) train split, keep the best-by-dev weights, score test; with
+    ``save_dir`` the fine-tuned model (its config incl. ``qv_layers``) is saved there atomically
+    (reload: :func:`load_finetuned`).
 
     Returns:
         ``{"scores": test metrics, "dev": best dev metrics, "seconds", "steps", "best_step", "device",
@@ -240,10 +268,47 @@ def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, bu
     run = train(model, data["train"], fn, cfg, log,
                 evaluate=lambda m: evaluate(m, data["dev"], splits.dev, splits, fn, budget), best_metric=metric)
     test = evaluate(model, data["test"], splits.test, splits, fn, budget)
+    if save_dir is not None:
+        save_finetuned(model, save_dir, model_dir)
     return {"scores": test, "dev": run["best"], "seconds": time.perf_counter() - t0, "steps": run["steps"],
             "best_step": run["best"]["step"] if run["best"] else None, "device": run["device"],
             "train_rows": len(splits.train), "test_rows": len(splits.test), "note": splits.note,
             "budget": asdict(budget)}
+
+
+CHAR_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
+
+
+def save_finetuned(model: torch.nn.Module, out_dir: str | os.PathLike,
+                   source_dir: str | os.PathLike | None = None) -> None:
+    """``model.save_pretrained`` into ``out_dir`` (QV settings are in its config) with the char vocabulary files
+    of ``source_dir`` beside it, switched in atomically."""
+    import shutil
+
+    from storage.atomic import atomic_path
+
+    with atomic_path(out_dir) as tmp:
+        model.cpu().save_pretrained(tmp)
+        for name in CHAR_FILES if source_dir else ():
+            if (Path(source_dir) / name).is_file():
+                shutil.copyfile(Path(source_dir) / name, tmp / name)
+
+
+def load_finetuned(model_dir: str | os.PathLike, token: bool = False) -> torch.nn.Module:
+    """A model saved by :func:`save_finetuned` (BERT or PolicyBERT, token or sequence head), QV layers
+    included (:func:`model.qv_attention.load_qv_model`): the same logits as when saved.
+
+    Raises:
+        FileNotFoundError: no config.json; ValueError: QV weights missing.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    import model as _registers_policybert  # noqa: F401
+    from model.qv_attention import load_qv_model
+
+    cls = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+    model_type(model_dir)  # a clear FileNotFoundError without config.json
+    return load_qv_model(cls, model_dir).eval()
 
 
 def with_device(budget: Budget, device: str | None) -> Budget:
@@ -252,4 +317,5 @@ def with_device(budget: Budget, device: str | None) -> Budget:
 
 
 __all__ = ["BUDGETS", "Budget", "VARIANTS", "build_model", "char_encoder", "decode", "evaluate", "finetune_task",
-           "init_word_encoder", "model_type", "predict", "variants_for", "with_device"]
+           "init_word_encoder", "load_finetuned", "model_type", "predict", "save_finetuned", "variants_for",
+           "with_device"]
