@@ -2,10 +2,13 @@
 
 ``GET /`` shows the question box (``?q=…&k=…`` answers too), ``POST /ask`` takes the form body
 (``application/x-www-form-urlencoded``, decoded strictly as UTF-8), ``GET /api/answer?q=…&k=…`` returns the
-JSON of :meth:`answers.answer.Answerer.answer`. The answer is shown highlighted in its passage with its source
-link, then the other documents' answers; the footer names the index version and the encoder. A bad question,
-``k`` or body is an HTTP 400 page saying what is wrong; the server keeps serving. Every request reads
-``index/CURRENT`` once (through the answerer), and nothing is written to the data dir.
+JSON of :meth:`answers.answer.Answerer.answer`; ``GET /related?doc_id=…&k=10`` (or ``?external_id=…``) the
+related policies of a document of the serving version (SPEC §12, :mod:`answers.related_view`: 400 for a bad
+``k`` or id, 404 with the reason when the version has no ``related`` part). The answer is shown highlighted in
+its passage with its source link and, beside each source, its top 5 related policies (server-rendered, so the
+page still runs no script), then the other documents' answers; the footer names the index version and the
+encoder. A bad question, ``k`` or body is an HTTP 400 page saying what is wrong; the server keeps serving.
+Every request reads ``index/CURRENT`` once (through the answerer), and nothing is written to the data dir.
 
 Hostile input (:class:`Limits`): a source link is an ``<a href>`` only for an absolute http(s) URL
 (:func:`crawler.csv_import.http_url`; a ``javascript:`` or ``data:`` address is shown as plain text); every
@@ -53,6 +56,10 @@ class Limits:
     queue_wait_s: float = 10.0
 
 
+RELATED_ON_PAGE = 5  # related policies shown beside a source
+RELATED_ANSWERS = 5  # answers (from the top) whose sources get a related list
+
+
 class BodyError(Exception):
     """A request body refused before it is parsed: ``status`` (408, 413, 415, 400) and what is wrong."""
 
@@ -66,7 +73,8 @@ PAGE = """<!doctype html><html lang="zh"><head><meta charset="utf-8"><title>{tit
 form{{display:flex;gap:.5rem}} input[name=q]{{flex:1;font-size:1.1rem;padding:.4rem}} mark{{background:#ffe066}}
 .answer{{border:1px solid #ccc;border-radius:6px;padding:.8rem 1rem;margin:1rem 0}} .score{{color:#555}}
 .error{{color:#a00;font-weight:bold}} .none{{color:#a60}} footer{{margin-top:2rem;color:#777;font-size:.85rem}}
-li{{margin:.4rem 0}}</style></head><body>
+li{{margin:.4rem 0}} .related{{font-size:.9rem;margin:.3rem 0 0 1rem}} .related ol{{margin:.2rem 0}}
+.related li{{margin:.1rem 0}}</style></head><body>
 <h1>政策问答</h1>
 <form method="post" action="/ask"><input name="q" value="{q}" placeholder="输入问题，例如：什么是数据基础制度体系？" autofocus>
 <input name="k" type="number" min="1" max="{max_k}" value="{k}" style="width:4rem"><button type="submit">提问</button></form>
@@ -96,19 +104,26 @@ def _highlight(a: dict) -> str:
     return html.escape(p[:s]) + "<mark>" + html.escape(p[s:e]) + "</mark>" + html.escape(p[e:])
 
 
-def render_result(r: dict) -> str:
-    """HTML of an answer result: the answer (or "no answer found"), its passage and source, other hits."""
+def render_result(r: dict, related: dict | None = None) -> str:
+    """HTML of an answer result: the answer (or "no answer found"), its passage and source, other hits; beside
+    each source, its related policies when ``related`` (doc_id -> items of
+    :meth:`answers.related_view.RelatedViews.lookup`) has them (:func:`answers.related_view.render_related`)."""
+    from answers.related_view import render_related
+
+    rel = related or {}
     ans = r["answers"]
     if not ans:
         return '<p class="none">未找到答案（没有检索到相关文档）。</p>'
     a = ans[0]
     head = (f'<p>答案 <span class="score">(置信度 {a["score"]:.2f})</span></p>' if r["found"] else
             f'<p class="none">未找到可靠答案（最高置信度 {a["score"]:.2f} &lt; {r["threshold"]:.2f}），最接近的段落：</p>')
-    out = [f'<div class="answer" id="answer">{head}<p class="passage">{_highlight(a)}</p><p>来源：{_source(a)}</p></div>']
+    out = [f'<div class="answer" id="answer">{head}<p class="passage">{_highlight(a)}</p><p>来源：{_source(a)}</p>'
+           f'{render_related(rel.get(a["doc_id"]) or [])}</div>']
     if len(ans) > 1:
         out.append('<h2>其他文档</h2><ol id="others">')
         for b in ans[1:]:
-            out.append(f'<li><span class="score">({b["score"]:.2f})</span> {html.escape(b["text"][:200])}<br>{_source(b)}</li>')
+            out.append(f'<li><span class="score">({b["score"]:.2f})</span> {html.escape(b["text"][:200])}<br>'
+                       f'{_source(b)}{render_related(rel.get(b["doc_id"]) or [])}</li>')
         out.append("</ol>")
     return "\n".join(out)
 
@@ -202,9 +217,51 @@ class _Pages:
 
     busy = "服务繁忙，请稍后再试。"
 
-    def __init__(self, answerer, limits: Limits):
+    def __init__(self, answerer, limits: Limits, related=None):
         self.answerer, self.limits, self.max_k = answerer, limits, answerer.cfg.max_k
         self.slots = threading.BoundedSemaphore(limits.max_answering)
+        self.related = related
+
+    def related_of(self, r: dict) -> dict:
+        """doc_id -> the top :data:`RELATED_ON_PAGE` related policies of each of the first
+        :data:`RELATED_ANSWERS` answers' documents, from the answer's own index version; {} when that version
+        has no related part or no slot came free (the page shows the answer alone; the reason is logged)."""
+        from answers.related_view import RelatedInputError, RelatedMissingError
+
+        out: dict = {}
+        docs = list(dict.fromkeys(a["doc_id"] for a in r.get("answers", [])[:RELATED_ANSWERS]))
+        if self.related is None or not docs or not self.slots.acquire(timeout=self.limits.queue_wait_s):
+            return out
+        try:
+            for d in docs:
+                out[d] = self.related.lookup(d, "doc_id", RELATED_ON_PAGE, r.get("version"))["related"]
+        except RelatedMissingError as exc:
+            log.info("answer page without related policies: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the answer is shown whatever befalls its related lists
+            log.warning("related policies not shown: %s", exc, exc_info=not isinstance(exc, RelatedInputError))
+        finally:
+            self.slots.release()
+        return out
+
+    def respond_related(self, key, column: str, k_text):
+        """JSON of :meth:`answers.related_view.RelatedViews.lookup` (400: bad input or unknown id; 404: the
+        serving version has no related part, and why; 503 when every slot stayed busy)."""
+        from fastapi.responses import JSONResponse
+
+        from answers.related_view import RelatedInputError, RelatedMissingError
+
+        if self.related is None:
+            return JSONResponse({"error": "related policies are not served here"}, status_code=404)
+        if not self.slots.acquire(timeout=self.limits.queue_wait_s):
+            return JSONResponse({"error": "busy: try again later"}, status_code=503, headers={"Retry-After": "5"})
+        try:
+            return JSONResponse(self.related.lookup(key, column, k_text))
+        except RelatedInputError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except RelatedMissingError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        finally:
+            self.slots.release()
 
     def footer(self, r: dict | None = None) -> str:
         if r is None:
@@ -247,7 +304,7 @@ class _Pages:
             return self.error(400, f"输入有误：{exc}", q)
         if r is None:
             return self.error(503, self.busy, q, {"Retry-After": "5"})
-        return self.html(render_result(r), q=r["question"], k=k, footer=self.footer(r))
+        return self.html(render_result(r, self.related_of(r)), q=r["question"], k=k, footer=self.footer(r))
 
     def respond_json(self, q: str, k_text):
         from fastapi.responses import JSONResponse
@@ -269,22 +326,28 @@ class _Pages:
         ref = secrets.token_hex(4)
         status = 503 if isinstance(exc, IndexMissingError) else 500
         log.error("request %s %s failed (ref %s)", request.method, request.url.path, ref, exc_info=exc)
-        if request.url.path.startswith("/api/"):
+        if request.url.path.startswith("/api/") or request.url.path == "/related":
             return JSONResponse({"error": "index not available" if status == 503 else "internal error",
                                  "ref": ref}, status_code=status, headers=SECURITY_HEADERS)
         message = "索引暂不可用" if status == 503 else "服务器内部错误"
         return self.html(f'<p class="error" id="error">{message}（编号 {ref}）。</p>', status, footer="")
 
 
-def create_app(answerer, limits: Limits = Limits()):
-    """The FastAPI app over an :class:`~answers.answer.Answerer`, bounded by ``limits``."""
+def create_app(answerer, limits: Limits = Limits(), related=None):
+    """The FastAPI app over an :class:`~answers.answer.Answerer`, bounded by ``limits``; ``related``: the
+    :class:`~answers.related_view.RelatedViews` behind ``GET /related`` and the page's related lists (default:
+    one over the answerer's data dir)."""
+    from answers.related_view import RelatedViews
+
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
     from starlette.concurrency import run_in_threadpool
 
     app = FastAPI(title="policy answers", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_SecurityHeaders)
-    pages = _Pages(answerer, limits)
+    if related is None and getattr(answerer, "data_dir", None) is not None:
+        related = RelatedViews(answerer.data_dir)
+    pages = _Pages(answerer, limits, related)
     app.add_exception_handler(Exception, pages.internal_error)
 
     @app.get("/", response_class=HTMLResponse)
@@ -304,5 +367,15 @@ def create_app(answerer, limits: Limits = Limits()):
     @app.get("/api/answer")
     def api(q: str = "", k: str = "3"):
         return pages.respond_json(q, k)
+
+    @app.get("/related")
+    @app.get("/api/related")
+    def related_api(doc_id: str | None = None, external_id: str | None = None, k: str = "10"):
+        if (doc_id is None) == (external_id is None):
+            from fastapi.responses import JSONResponse
+
+            return JSONResponse({"error": "give exactly one of doc_id and external_id"}, status_code=400)
+        column = "doc_id" if doc_id is not None else "external_id"
+        return pages.respond_related(doc_id if doc_id is not None else external_id, column, k)
 
     return app

@@ -42,11 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     import threading
 
     threading.Thread(target=answerer.warm, name="warm-documents", daemon=True).start()  # beside the first requests
+    from answers.related_view import RelatedViews
+
+    related = RelatedViews(args.data_dir)  # the version's related-policies model (SPEC §12), loaded at start-up
+    threading.Thread(target=related.warm, name="warm-related", daemon=True).start()
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limits = Limits()
-    uvicorn.run(create_app(answerer, limits), host=args.host, port=args.port, log_level="warning",
+    uvicorn.run(create_app(answerer, limits, related), host=args.host, port=args.port, log_level="warning",
                 server_header=False, **UVICORN_LIMITS)
     return 0
 

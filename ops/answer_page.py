@@ -56,7 +56,8 @@ def served(data_dir: str | os.PathLike, port: int | None = None, timeout_s: floa
 def ask_in_browser(url: str, questions: list[str], screenshot: str | os.PathLike | None = None,
                    chromium: str | None = None, timeout_s: float = 60.0) -> list[dict]:
     """Type each question into the page's box and submit; per question: seconds (submit to page loaded),
-    status, the answer block's text (``#answer``), the source link's text and href, the error shown. The last
+    status, the answer block's text (``#answer``), the source link's text and href, the error shown, the
+    answer's related policies (``related``: each item's text, ``related_hrefs``: their links or None). The last
     page is saved as a PNG to ``screenshot`` (full page)."""
     from playwright.sync_api import sync_playwright
 
@@ -85,10 +86,18 @@ def ask_in_browser(url: str, questions: list[str], screenshot: str | os.PathLike
                             "source": src.inner_text() if src.count() else "",
                             "href": src.get_attribute("href") if src.count() else None,
                             "error": page.locator("#error").inner_text() if page.locator("#error").count() else "",
-                            "footer": page.locator("footer").inner_text()})
+                            "footer": page.locator("footer").inner_text(), **_related(page)})
             if screenshot:
                 Path(screenshot).parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     return out
+
+
+def _related(page) -> dict:
+    """The related-policies list beside the answer's source (``#answer ol.related``): item texts and links."""
+    items = page.locator("#answer ol.related li")
+    links = [items.nth(i).locator("a.rel") for i in range(items.count())]
+    return {"related": [items.nth(i).inner_text() for i in range(items.count())],
+            "related_hrefs": [a.get_attribute("href") if a.count() else None for a in links]}
