@@ -71,7 +71,9 @@ class ServingBundle:
         rerankers = []
         if self.has_part(RERANKER):
             texts = dict(zip(self.texts["doc_id"], self.texts["text"]))
-            rerankers.append(reranker_from_json(self.part_text(RERANKER), texts, self.retriever.tokenize))
+            rerankers.append(reranker_from_json(self.part_text(RERANKER), texts, self.retriever.tokenize,
+                                                part_path(self.folder, self.manifest, RERANKER),
+                                                self.retriever.dense.encoder, self.model_id))
         return QueryPipeline(self.retriever, tuple(rerankers))
 
     def part_text(self, name: str) -> str:

@@ -102,8 +102,31 @@ def install_part(vdir: Path, source: PartSource, identity: dict) -> dict:
     if wrong:
         return {"refused": f"{source.name} {source.path} was fitted with another " + "; ".join(wrong),
                 "source": str(source.path)}
+    sidecar = sidecar_file(source.path, source.name)
+    if sidecar is not None:  # the weights a JSON part names (its JSON records their sha256: the loader checks it)
+        shutil.copyfile(Path(source.path).parent / sidecar, vdir / sidecar)
     shutil.copyfile(source.path, vdir / source.file)
-    return {"file": source.file, "sha256": file_sha256(vdir / source.file), "provenance": prov, **source.meta}
+    rec = {"file": source.file, "sha256": file_sha256(vdir / source.file), "provenance": prov, **source.meta}
+    return {**rec, "files": {sidecar: file_sha256(vdir / sidecar)}} if sidecar else rec
+
+
+def sidecar_file(path: str | os.PathLike, name: str = "part") -> str | None:
+    """The one file a JSON part names beside it (``weights.file``: a model's tensors, e.g. the cross-encoder
+    reranker's safetensors), or None.
+
+    Raises:
+        PartError: a name that is not a plain file name, or no such file beside ``path``.
+    """
+    d = json.loads(Path(path).read_text(encoding="utf-8"))
+    w = d.get("weights") if isinstance(d, dict) else None
+    f = w.get("file") if isinstance(w, dict) else None
+    if f is None:
+        return None
+    if not isinstance(f, str) or not f or Path(f).name != f or f.startswith(".") or f.endswith(".json"):
+        raise PartError(f"{name}: weights file {f!r} is not a plain file name")
+    if not (Path(path).parent / f).is_file():
+        raise PartError(f"{name}: weights file {f} not found beside {path}")
+    return f
 
 
 def read_provenance(path: str | os.PathLike, name: str = "part") -> dict:

@@ -20,7 +20,7 @@ from retrieval.hits import SearchHit
 from retrieval.sparse import bm25_scores
 
 RERANKER = "reranker"  # its part of an index version (retrieval.parts)
-KINDS = ("bm25-window",)
+KINDS = ("bm25-window", "cross-encoder")
 
 
 @dataclass(frozen=True)
@@ -68,11 +68,15 @@ class WindowBM25Reranker:
                 for i in order]
 
 
-def reranker_from_json(text: str, texts: Mapping[str, str], tokenize) -> WindowBM25Reranker:
-    """The reranker a version's ``reranker.json`` part describes.
+def reranker_from_json(text: str, texts: Mapping[str, str], tokenize, part_file=None, encoder=None,
+                       encoder_id: str | None = None):
+    """The reranker a version's ``reranker.json`` part describes: a :class:`WindowBM25Reranker`, or a
+    cross-encoder (:func:`retrieval.cross_encoder.load_cross_encoder`: ``part_file``, the part's JSON in the
+    version folder with its weights beside it, on the version's ``encoder`` whose id is ``encoder_id``).
 
     Raises:
-        ValueError: an unknown ``kind`` or a setting out of range (the message names it).
+        ValueError: an unknown ``kind``, a setting out of range (the message names it), a cross-encoder
+            without its part file and encoder, or trained on another encoder.
     """
     try:
         d = json.loads(text)
@@ -80,6 +84,12 @@ def reranker_from_json(text: str, texts: Mapping[str, str], tokenize) -> WindowB
         raise ValueError(f"reranker part is not readable JSON ({str(exc)[:120]})") from None
     if not isinstance(d, dict) or d.get("kind") not in KINDS:
         raise ValueError(f"reranker part: kind must be one of {KINDS}")
+    if d["kind"] == "cross-encoder":
+        if part_file is None or encoder is None:
+            raise ValueError("reranker part: a cross-encoder needs its part file and the version's encoder")
+        from retrieval.cross_encoder import load_cross_encoder
+
+        return load_cross_encoder(part_file, encoder, encoder_id)
     window, weight, depth, rrf_k = d.get("window", 200), d.get("weight", 0.5), d.get("depth", 20), d.get("rrf_k", 60)
     for name, v, ok in (("window", window, isinstance(window, int) and 0 <= window <= 100_000),
                         ("weight", weight, isinstance(weight, (int, float)) and 0 <= weight <= 1),

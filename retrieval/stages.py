@@ -19,7 +19,7 @@ from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
-from retrieval.parts import ANSWER_SCORER, FittedPart, PartSource, write_parts
+from retrieval.parts import ANSWER_SCORER, FittedPart, PartSource, read_provenance, write_parts
 from retrieval.versions import read_manifest as version_manifest
 from retrieval.rerankers import RERANKER
 from retrieval.pinning import model_id, pin_encoder
@@ -150,7 +150,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
 def _part_sources(answer_scorer, reranker) -> tuple[PartSource, ...]:
     """The serving parts installed from files: the answer scorer and the reranker, where given."""
     return ((PartSource(ANSWER_SCORER, "answer-scorer.json", str(answer_scorer)),) if answer_scorer else ()) + (
-        (PartSource(RERANKER, "reranker.json", str(reranker), requires=()),) if reranker else ())
+        (PartSource(RERANKER, "reranker.json", str(reranker),  # a learned one is pinned to its encoder
+                    requires=("encoder_model_id",) if read_provenance(reranker) else ()),) if reranker else ())
 
 
 def _encoder_factory(ckpt_dir, batch_size: int, device: str):

@@ -196,6 +196,8 @@ def test_a_reranker_is_a_pinned_part_of_the_query_pipeline(tmp_path, tok):
     with pytest.raises(ValueError, match="weight = 2"):
         reranker_from_json('{"kind": "bm25-window", "weight": 2}', {}, tok[0])
     with pytest.raises(ValueError, match="kind must be"):
+        reranker_from_json('{"kind": "colbert"}', {}, tok[0])
+    with pytest.raises(ValueError, match="needs its part file"):
         reranker_from_json('{"kind": "cross-encoder"}', {}, tok[0])
     assert WindowBM25Reranker({}, tok[0]).rerank(query, []) == []
 

@@ -1,0 +1,155 @@
+"""Train the cross-encoder reranker (:mod:`retrieval.cross_encoder`; SPEC §7, §9) on an index version's encoder,
+no Prefect:
+
+    python -m flows.train_reranker --data-dir DATA_NCPQA [--version v3] [--qa ../shared/qa]
+        [--corpus ../shared/corpus/policy_docs.csv] [--layers 4 --max-len 192] [--init DIR]
+        [--steps 120 --batch 4 --negatives 7 --max-seconds 600] [--threads 1] [--out DIR]
+
+Training groups (:mod:`retrieval.rerank_data`): NCPQA questions of the answer evaluation's training documents
+(``answers.ncpqa.split_by_document``, test share 0.3, seed 13: the same 129 held-out questions as
+docs/answers.md), LeCoQA questions outside the held-out 20 % (:func:`retrieval.rerank_data.lecoqa_split`,
+seed 13), and title/lead pairs mined from the policy corpus and the training documents; a set touching a
+held-out question or document is refused (:func:`retrieval.rerank_data.check_no_leak`). Writes the part
+(``reranker.json`` + ``reranker.safetensors``) into ``--out`` (default ``DATA/models/reranker-ce``) with the
+training record in its ``info``; install it into the next index version as its ``reranker`` part.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+QA = REPO.parent / "shared" / "qa"
+CORPUS = REPO.parent / "shared" / "corpus" / "policy_docs.csv"
+
+
+def ncpqa_questions(bundle, data_dir: str, qa: Path, seed: int = 13) -> pd.DataFrame:
+    """NCPQA questions with gold located in the version's texts and the answer evaluation's split column."""
+    from answers.documents import DocumentStore
+    from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
+
+    store = DocumentStore.from_frame(bundle.texts)
+    q = locate_gold(load_questions(qa / "ncpqa_questions.jsonl"), store, duplicate_targets(data_dir))
+    return q.assign(split=split_by_document(q, 0.3, seed))
+
+
+def lecoqa_sets(qa: Path, tokenize, seed: int = 13):
+    """(LeCoQA questions with a split column, the statute pool, ``search_rows(queries, k)`` over its BM25)."""
+    from retrieval.qa_eval import load_pool
+    from retrieval.rerank_data import lecoqa_split
+    from retrieval.sparse import SparseIndex
+
+    lq = pd.read_json(qa / "lecoqa_train.jsonl", lines=True, dtype={"qid": str})
+    lq = lq.assign(split=lecoqa_split(lq, 0.2, seed))
+    pool = load_pool(qa / "statutes.jsonl")
+    sp = SparseIndex.build(tokenize(pool["text"].tolist()))
+    return lq, pool, sp, (lambda qs, k: [sp.top(t, k)[0].tolist() for t in tokenize(list(qs))])
+
+
+def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
+    """Documents to mine title/lead pairs from: the policy corpus and the version's documents that hold no
+    held-out question."""
+    real = pd.read_csv(corpus).rename(columns={"contentText": "text"}) if corpus.is_file() else pd.DataFrame()
+    real = real.assign(doc_id=[f"corpus-{i}" for i in range(len(real))])[["doc_id", "title", "text"]] \
+        if len(real) else pd.DataFrame(columns=["doc_id", "title", "text"])
+    own = bundle.texts[~bundle.texts["doc_id"].isin(held_out_docs)][["doc_id", "title", "text"]]
+    return pd.concat([real.dropna(subset=["text"]), own], ignore_index=True)
+
+
+def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
+            with_groups: bool = True) -> dict:
+    """Everything training and the bench read: ``bundle``, ``ncpqa`` / ``lecoqa`` question frames with their
+    ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
+    ``train`` (groups frame, leak-checked)."""
+    from retrieval.bundle import load_bundle
+    from retrieval.rerank_data import check_no_leak, lecoqa_groups, mined_groups, ncpqa_groups
+
+    bundle = load_bundle(Path(data_dir) / "index", version)
+    r = bundle.retriever
+    nq = ncpqa_questions(bundle, data_dir, qa)
+    held_docs = set(nq.loc[nq["split"] == "test", "doc_id"].dropna())
+    lq, pool, sp, search_rows = lecoqa_sets(qa, r.tokenize)
+    out = {"bundle": bundle, "ncpqa": nq, "lecoqa": lq, "pool": pool, "lecoqa_search": search_rows,
+           "lecoqa_sparse": sp, "held_out_docs": held_docs}
+    if not with_groups:
+        return out
+    tr_n = nq[(nq["split"] == "train") & nq["doc_id"].map(lambda d: isinstance(d, str))]
+    g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k, mode="sparse"), held_docs)
+    g_l = lecoqa_groups(lq[lq["split"] == "train"], pool, search_rows)
+    g_m = mined_groups(mined_docs(bundle, held_docs, corpus), r.tokenize)
+    train = pd.concat([g_n, g_l, g_m], ignore_index=True)
+    held = pd.concat([nq.loc[nq["split"] == "test", ["qid", "question"]],
+                      lq.loc[lq["split"] == "test", ["qid", "question"]]], ignore_index=True)
+    check_no_leak(train, held, held_docs)
+    log(f"training groups: ncpqa {len(g_n)}, lecoqa {len(g_l)}, mined {len(g_m)}; held out: ncpqa "
+        f"{int((nq['split'] == 'test').sum())} questions ({len(held_docs)} documents), lecoqa "
+        f"{int((lq['split'] == 'test').sum())} questions")
+    return {**out, "train": train}
+
+
+def balanced(train: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """``n`` groups taken round-robin from each source in turn (each source shuffled with ``seed``, cycled
+    when it runs out), so that every step sees NCPQA, LeCoQA and mined queries alike."""
+    by = [g.sample(frac=1.0, random_state=seed) for _, g in train.groupby("source", sort=True)]
+    rows = [by[i % len(by)].iloc[(i // len(by)) % len(by[i % len(by)])] for i in range(n)]
+    return pd.DataFrame(rows).reset_index(drop=True)
+
+
+def run(args, log=print) -> Path:
+    """Prepare the groups, train, save the part; returns the part's JSON path."""
+    import torch
+
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, TrainConfig, train
+    from retrieval.rerank_data import to_groups
+
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log)
+    b = sets["bundle"]
+    cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len)
+    ce = CrossEncoder.from_encoder(b.retriever.encoder, b.model_id, cfg, init=args.init)
+    tcfg = TrainConfig(steps=args.steps, batch=args.batch, negatives=args.negatives, max_seconds=args.max_seconds,
+                       lr=args.lr, max_len=args.train_max_len)
+    groups = balanced(sets["train"], tcfg.steps * tcfg.batch, tcfg.seed)
+    stats = train(ce, to_groups(groups), tcfg, log, shuffle=False)
+    ce.info = {"trained": stats, "threads": args.threads, "init": str(args.init or "encoder (plain e5)"),
+               "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
+               "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
+               "prepare_seconds": round(time.perf_counter() - t0 - stats["seconds"], 1)}
+    out = ce.save(args.out or Path(args.data_dir) / "models" / "reranker-ce")
+    log(f"cross-encoder part: {out} ({stats})")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.train_reranker", description=__doc__.split("\n")[0])
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--version", default=None)
+    ap.add_argument("--qa", default=str(QA))
+    ap.add_argument("--corpus", default=str(CORPUS))
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--max-len", type=int, default=192)
+    ap.add_argument("--init", default=None, help="BERT-format checkpoint whose layers start the body")
+    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--negatives", type=int, default=7)
+    ap.add_argument("--max-seconds", type=float, default=600.0)
+    ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--train-max-len", type=int, default=None, help="tokens of a training pair (default --max-len)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    try:
+        run(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
