@@ -4,14 +4,17 @@ mean ± std side by side and whether the difference exceeds 2 std. No Prefect; e
 QV-attention on the last ``--qv-layers`` layers.
 
     OMP_NUM_THREADS=1 python bench/qv_bench.py --model CHAR_CKPT [--tasks sa,dc] [--seeds 3] [--steps 125]
-        [--max-train 2000] [--max-eval 1000] [--max-len 64] [--layers 4] [--qv-layers 1] [--gate-bias 10]
+        [--max-train 2000] [--max-eval 1000] [--max-len 64] [--layers 4] [--qv-layers 1]
+        [--qv-init rezero|gate-bias] [--gate-bias B] [--gamma-scale 100]
         [--out runs.jsonl] [--e5 E5_DIR]
     python bench/qv_bench.py --table runs.jsonl          # the side-by-side table of earlier runs only
 
 Defaults are the ``cpu-small`` budget of ``model.benchmark.runner.BUDGETS``. ``--out`` appends one JSON line
 per run and a rerun skips the (task, variant, seed) already there. ``--e5 DIR`` (a converted e5-small,
 ``python -m model.e5 convert``) also prints the parameter overhead of QV on its last layer, with and without the
-token embeddings. Each QV run also reports where its gate went: mean ``β`` on the dev split after training.
+token embeddings. Each QV run also reports where its gate went after training, on the dev split: mean ``β``
+and mean effective gate (the weight of ``V`` in ``g``: ``1 − γ(1 − β)`` under rezero, ``β`` under gate-bias).
+QV runs are labelled ``qvN`` (gate-bias, as the first table) or ``qvN-rezero``.
 """
 from __future__ import annotations
 
@@ -48,7 +51,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--layers", type=int, default=b.layers, help="char layers kept from the body")
     ap.add_argument("--lr", type=float, default=b.lr)
     ap.add_argument("--qv-layers", type=int, default=1)
-    ap.add_argument("--gate-bias", type=float, default=10.0)
+    ap.add_argument("--qv-init", default="rezero", choices=["rezero", "gate-bias"])
+    ap.add_argument("--gate-bias", type=float, default=None, help="initial gate bias (default: the init's own)")
+    ap.add_argument("--gamma-scale", type=float, default=100.0,
+                    help="rezero: learning-rate multiplier of gamma (gamma = scale x parameter; Adam)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (set OMP_NUM_THREADS too)")
     ap.add_argument("--data", default=None, help="benchmark sets root (default ../shared/benchmarks)")
     ap.add_argument("--out", default=None, help="append one JSON line per run; skip runs already there")
@@ -65,12 +71,22 @@ def budget_of(args: argparse.Namespace, qv: bool) -> Budget:
     return replace(b, name="cpu-small" if same else "cpu-small, reduced", max_steps=args.steps,
                    max_train=args.max_train, max_eval=args.max_eval, max_len=args.max_len, layers=args.layers,
                    lr=args.lr,
-                   qv_layers=args.qv_layers if qv else 0, qv_gate_bias=args.gate_bias)
+                   qv_layers=args.qv_layers if qv else 0, qv_gate_bias=args.gate_bias, qv_init=args.qv_init,
+                   qv_gamma_scale=args.gamma_scale)
+
+
+def qv_label(args: argparse.Namespace) -> str:
+    """The variant name of the QV runs: ``qvN`` (gate-bias init), ``qvN-rezero`` (γ lr x100) or
+    ``qvN-rezero-x<scale>``."""
+    if args.qv_init == "gate-bias":
+        return f"qv{args.qv_layers}"
+    return f"qv{args.qv_layers}-rezero" + ("" if args.gamma_scale == 100.0 else f"-x{args.gamma_scale:g}")
 
 
 @torch.no_grad()
-def mean_gate(model_dir: Path, splits, max_len: int) -> float:
-    """Mean ``β`` over the heads of the QV layers and the first 64 dev texts of a saved QV model."""
+def mean_gate(model_dir: Path, splits, max_len: int) -> tuple[float, float]:
+    """(mean ``β``, mean effective gate) over the heads of the QV layers and the first 64 dev texts of a saved
+    QV model."""
     from model.benchmark.inputs import Collator, encode_split
     from model.features import CharEncoder
     from model.qv_attention import QVSelfAttention
@@ -87,7 +103,8 @@ def mean_gate(model_dir: Path, splits, max_len: int) -> float:
     for h in handles:
         h.remove()
     betas = [m.gate(hs, mask).mean().item() for m, (hs, mask) in zip(layers, seen)]
-    return sum(betas) / len(betas)
+    eff = [m.gate(hs, mask, effective=True).mean().item() for m, (hs, mask) in zip(layers, seen)]
+    return sum(betas) / len(betas), sum(eff) / len(eff)
 
 
 def run_one(task: str, qv: bool, seed: int, args: argparse.Namespace) -> dict:
@@ -97,19 +114,20 @@ def run_one(task: str, qv: bool, seed: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         r = finetune_task(splits, args.model, "plain", b, seed, WordMatcher([]), log=lambda m: None,
                           save_dir=Path(tmp) / "m" if qv else None)
-        gate = mean_gate(Path(tmp) / "m", splits, b.max_len) if qv else None
-    return {"task": task, "variant": f"qv{args.qv_layers}" if qv else "plain", "seed": seed,
+        beta, eff = mean_gate(Path(tmp) / "m", splits, b.max_len) if qv else (None, None)
+    return {"task": task, "variant": qv_label(args) if qv else "plain", "seed": seed,
             "metric": TASKS[task].metric, "value": r["scores"][TASKS[task].metric], "test": r["scores"],
             "seconds": round(r["seconds"], 1), "steps": r["steps"], "best_step": r["best_step"],
-            "mean_beta_dev": gate, "budget": b.describe(), "threads": torch.get_num_threads(),
+            "mean_beta_dev": beta, "mean_effective_gate_dev": eff, "budget": b.describe(),
+            "threads": torch.get_num_threads(),
             "train_rows": r["train_rows"], "test_rows": r["test_rows"], "split": r["note"]}
 
 
 def side_by_side(runs: list[dict]) -> str:
     """Markdown: per task the plain and QV mean ± std (sample std over seeds), the difference and whether it
     exceeds 2 x sqrt(std_plain² + std_qv²)."""
-    lines = ["| task | metric | plain | QV | QV − plain | > 2 std | seeds | s / run (plain, QV) | mean β (dev) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | metric | plain | QV | QV − plain | > 2 std | seeds | s / run (plain, QV) | mean β (dev) "
+             "| mean effective gate (dev) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for task in dict.fromkeys(r["task"] for r in runs):
         mine = [r for r in runs if r["task"] == task]
         plain = [r for r in mine if r["variant"] == "plain"]
@@ -120,11 +138,17 @@ def side_by_side(runs: list[dict]) -> str:
         diff = qm - pm
         big = "n/a" if ps is None or qs is None else ("yes" if abs(diff) > 2 * (ps ** 2 + qs ** 2) ** 0.5 else "no")
         sec = "/".join(f"{statistics.mean(r['seconds'] for r in rs):.0f}" for rs in (plain, qv))
-        betas = [r["mean_beta_dev"] for r in qv if r.get("mean_beta_dev") is not None]
+        betas, eff = ([r.get(k) if r.get(k) is not None else r.get("mean_beta_dev") for r in qv]
+                      for k in ("mean_beta_dev", "mean_effective_gate_dev"))
         lines.append(f"| {task} | {mine[0]['metric']} | {_fmt(pm, ps)} | {_fmt(qm, qs)} | {diff:+.4f} | {big} | "
-                     f"{min(len(plain), len(qv))} | {sec} | {statistics.mean(betas) if betas else float('nan'):.6f} |")
+                     f"{min(len(plain), len(qv))} | {sec} | {_mean(betas):.6f} | {_mean(eff):.6f} |")
     budgets = list(dict.fromkeys(r["budget"] for r in runs))
     return "\n".join(lines + ["", "Budgets: " + " | ".join(budgets) + f"; threads {runs[0]['threads']}"]) + "\n"
+
+
+def _mean(values: list) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else float("nan")
 
 
 def _stats(values: list[float]) -> tuple[float, float | None]:
@@ -167,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         for seed in range(13, 13 + args.seeds):
             for qv in (False, True):
-                key = (task, f"qv{args.qv_layers}" if qv else "plain", seed)
+                key = (task, qv_label(args) if qv else "plain", seed)
                 if key in done:
                     continue
                 runs.append(run_one(task, qv, seed, args))

@@ -3,7 +3,7 @@ and SPM and evaluate on test, beside baselines that cannot learn from the encode
 
     python -m flows.benchmark --task cws|pos|ner|dc|sa|spm|all --model DIR [--fusion none,gate,attn] [--seeds N]
         [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--no-word-add-above] [--qv-layers N]
-        [--qv-gate-bias B] [--out DIR] [--data ../shared/benchmarks]
+        [--qv-init rezero|gate-bias] [--qv-gate-bias B] [--out DIR] [--data ../shared/benchmarks]
 
 ``--model DIR`` is a BERT checkpoint with a char ``vocab.txt`` (rows ``plain`` + PolicyBERT with each
 ``--fusion`` on its body) or a PolicyBERT checkpoint (its own fusion). Splits: the published ones, or the
@@ -46,8 +46,11 @@ def parser() -> argparse.ArgumentParser:
                         "the last word states are also added above them, as ZEN, SPEC §6)")
     p.add_argument("--qv-layers", type=int, default=0,
                    help="also run each model with QV-attention on its last N layers on dc/sa/spm (SPEC §11; 0 = off)")
-    p.add_argument("--qv-gate-bias", type=float, default=10.0,
-                   help="initial bias of the QV gate: beta = sigmoid(bias) ~ 1 keeps the body intact at step 0")
+    p.add_argument("--qv-init", default="rezero", choices=["rezero", "gate-bias"],
+                   help="QV initialisation: rezero (g = V + gamma (1 - beta)(mix - V), gamma = 0: exactly the body "
+                        "at step 0; default) or gate-bias (SPEC §11 as written, beta = sigmoid(bias) ~ 1)")
+    p.add_argument("--qv-gate-bias", type=float, default=None,
+                   help="initial bias of the QV gate (default: the init's own, +10 gate-bias, 0 rezero)")
     return p
 
 
@@ -107,7 +110,8 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
                    budget: str = "cpu-small", out: str = "eval/benchmark", data: str | None = None,
                    max_train: int | None = None, max_eval: int | None = None, vocab: str | None = None,
                    device: str | None = None, baselines_only: bool = False,
-                   word_add_above: bool = True, qv_layers: int = 0, qv_gate_bias: float = 10.0) -> list[dict]:
+                   word_add_above: bool = True, qv_layers: int = 0, qv_gate_bias: float | None = None,
+                   qv_init: str = "rezero") -> list[dict]:
     """Per task: load (fallback splits), cap to the budget, baselines, then every model row x seed (seeds 13,
     14, ...), on sequence tasks also each row with QV-attention on its last ``qv_layers`` layers; write
     ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table artifact. Returns the
@@ -135,7 +139,7 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
             matcher, source = word_matcher(splits, model_dir, vocab)
             print(f"{name}: words from {source}")
             for variant, vb, label in model_rows(variants_for(model_dir, fusions), b, splits.task.kind,
-                                                 qv_layers, qv_gate_bias):
+                                                 qv_layers, qv_gate_bias, qv_init):
                 for k in range(seeds):
                     r = T.finetune(splits, model_dir, variant, vb, 13 + k, matcher)
                     rows += long_rows(name, label, 13 + k, r["scores"], seconds=r["seconds"],
@@ -158,12 +162,13 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
     return table
 
 
-def model_rows(variants: list[str], b, kind: str, qv_layers: int, qv_gate_bias: float) -> list[tuple]:
+def model_rows(variants: list[str], b, kind: str, qv_layers: int, qv_gate_bias: float | None,
+               qv_init: str = "rezero") -> list[tuple]:
     """``(variant, budget, row label)`` per model row: each variant as is, and on sequence tasks with
     ``qv_layers`` > 0 also with QV-attention (label ``<variant>+qv<N>``, SPEC §11)."""
     rows = [(v, b, v) for v in variants]
     if qv_layers and kind in ("seq", "pair"):
-        qb = replace(b, qv_layers=qv_layers, qv_gate_bias=qv_gate_bias)
+        qb = replace(b, qv_layers=qv_layers, qv_gate_bias=qv_gate_bias, qv_init=qv_init)
         rows += [(v, qb, f"{v}+qv{qv_layers}") for v in variants]
     return rows
 
@@ -201,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     table = benchmark_flow(args.tasks, args.model, args.fusions, args.seeds, args.budget, args.out, args.data,
                            args.max_train, args.max_eval, args.vocab, args.device, args.baselines_only,
-                           not args.no_word_add_above, args.qv_layers, args.qv_gate_bias)
+                           not args.no_word_add_above, args.qv_layers, args.qv_gate_bias, args.qv_init)
     print(markdown(table))
     return 0
 

@@ -65,13 +65,13 @@ def _sentences(bench_root: Path, body: Path, n: int = 6, max_len: int = 40) -> d
     return {"input_ids": x, "attention_mask": (x != enc.pad).long()}
 
 
-def _body(path: Path, qv: int = 0, bias: float = 10.0, impl: str = "sdpa"):
+def _body(path: Path, qv: int = 0, bias: float | None = 10.0, impl: str = "sdpa", init: str = "gate-bias"):
     from transformers import BertModel
 
     from model.qv_attention import apply_qv
 
     m = BertModel.from_pretrained(path, add_pooling_layer=False, attn_implementation=impl).eval()
-    return apply_qv(m, qv, bias) if qv else m
+    return apply_qv(m, qv, bias, init) if qv else m
 
 
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
@@ -84,9 +84,41 @@ def test_body_is_intact_at_init_on_real_sentences(bench_root, tiny_body, impl):
         ref = _body(tiny_body, impl=impl)(**batch).last_hidden_state
         near = _body(tiny_body, 2, 10.0, impl)(**batch).last_hidden_state
         exact = _body(tiny_body, 2, 200.0, impl)(**batch).last_hidden_state
+        rezero = _body(tiny_body, 3, None, impl, "rezero")
+        rezero_out = rezero(**batch).last_hidden_state
     gap = (near - ref)[mask].abs().max().item()
     assert 0 < gap < 1e-3
     assert torch.equal(exact, ref)
+    assert torch.equal(rezero_out, ref)  # ReZero: γ = 0, so g = V + 0 bit for bit, every QV layer
+    att = rezero.encoder.layer[-1].attention.self
+    assert att.qv_gate_bias.eq(0).all() and rezero.config.qv_init == "rezero" and rezero.config.qv_gate_bias == 0
+
+
+def test_rezero_gamma_gets_gradient_at_step0_and_gamma_one_is_the_paper_layer(bench_root, tiny_body):
+    """ReZero init: at step 0 the loss has a non-zero gradient on every head's γ (∂g/∂γ = s(1 − β)(Ô⊙W_V − V),
+    β = ½), while the effective gate is exactly 1; with γ = 1 (γ̂ = 1/s) the layer is SPEC §11's formula."""
+    from transformers import BertForSequenceClassification
+
+    from model.qv_attention import DEFAULT_GAMMA_SCALE, apply_qv
+
+    batch = _sentences(bench_root, tiny_body)
+    m = apply_qv(BertForSequenceClassification.from_pretrained(tiny_body, num_labels=2), 1, init="rezero").train()
+    att = m.bert.encoder.layer[-1].attention.self
+    seen = []
+    hook = att.register_forward_pre_hook(lambda mod, a, kw: seen.append(a[0].detach()), with_kwargs=True)
+    m(**batch, labels=torch.tensor([0, 1, 0, 1, 1, 0])).loss.backward()
+    hook.remove()
+    assert att.qv_gamma.grad is not None and (att.qv_gamma.grad.abs() > 0).all()
+    with torch.no_grad():
+        assert torch.equal(att.gate(seen[0], effective=True), torch.ones(6, 4))
+        assert torch.allclose(att.gate(seen[0]), torch.full((6, 4), 0.5))
+        g = torch.Generator().manual_seed(1)
+        for p in (att.qv_weight, att.qv_bias, att.qv_gate):
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+        att.qv_gamma.fill_(1 / DEFAULT_GAMMA_SCALE)
+        n = int(batch["attention_mask"][0].sum())
+        got = att.eval()(seen[0][:1, :n])[0][0]
+    assert torch.allclose(got, _spec_attention(att, seen[0][0, :n]), atol=1e-5)
 
 
 def test_layer_computes_the_spec_formula_and_ignores_padding(bench_root, tiny_body):
@@ -95,7 +127,7 @@ def test_layer_computes_the_spec_formula_and_ignores_padding(bench_root, tiny_bo
     from model.qv_attention import QVSelfAttention
 
     batch = _sentences(bench_root, tiny_body)
-    m = _body(tiny_body, 1, 0.0)
+    m = _body(tiny_body, 1, 0.0)  # gate-bias init with bias 0: β = ½ at the start
     att = m.encoder.layer[-1].attention.self
     assert isinstance(att, QVSelfAttention)
     g = torch.Generator().manual_seed(1)
@@ -133,7 +165,7 @@ def _spec_attention(att, h: torch.Tensor) -> torch.Tensor:
 def test_parameter_overhead_on_e5_small_shape():
     """e5-small (hidden 384, 12 heads of 32, 12 layers, 250,037 token rows), QV on the last layer: per head
     W 32x32 + b_v 32 + u 64 + b_u 1 = 1,121, so 13,452 new parameters: 0.0634 % of the body without its token
-    embeddings, 0.0114 % with them."""
+    embeddings, 0.0114 % with them. The rezero init adds γ per head: 13,464."""
     from transformers import BertConfig, BertModel
 
     from model.qv_attention import apply_qv, qv_parameter_count
@@ -141,7 +173,9 @@ def test_parameter_overhead_on_e5_small_shape():
     cfg = BertConfig(vocab_size=250037, hidden_size=384, num_hidden_layers=12, num_attention_heads=12,
                      intermediate_size=1536, max_position_embeddings=512, type_vocab_size=2)
     with torch.device("meta"):
-        m = apply_qv(BertModel(cfg, add_pooling_layer=False), 1)
+        m = apply_qv(BertModel(cfg, add_pooling_layer=False), 1, init="gate-bias")
+        rz = apply_qv(BertModel(cfg, add_pooling_layer=False), 1, init="rezero")
+    assert qv_parameter_count(rz)["qv"] == 13452 + 12
     c = qv_parameter_count(m)
     assert c["qv"] == 12 * (32 * 32 + 32 + 64 + 1) == 13452
     assert c["token_embeddings"] == 250037 * 384
@@ -155,7 +189,8 @@ def test_gradients_reach_the_new_parameters_and_errors_are_clear(bench_root, tin
     from model.qv_attention import apply_qv, qv_state
 
     batch = _sentences(bench_root, tiny_body)
-    m = apply_qv(BertForSequenceClassification.from_pretrained(tiny_body, num_labels=2), 1, 2.0).train()
+    m = apply_qv(BertForSequenceClassification.from_pretrained(tiny_body, num_labels=2), 1, 2.0,
+                 "gate-bias").train()
     m(**batch, labels=torch.tensor([0, 1, 0, 1, 1, 0])).loss.backward()
     params = dict(m.named_parameters())
     assert len(qv_state(m)) == 4
@@ -168,6 +203,8 @@ def test_gradients_reach_the_new_parameters_and_errors_are_clear(bench_root, tin
         apply_qv(BertForSequenceClassification.from_pretrained(tiny_body), 4)
     with pytest.raises(TypeError, match="no encoder.layer"):
         apply_qv(torch.nn.Linear(2, 2), 1)
+    with pytest.raises(ValueError, match="QV init 'zero'"):
+        apply_qv(BertForSequenceClassification.from_pretrained(tiny_body), 1, init="zero")
     fresh = BertForSequenceClassification.from_pretrained(tiny_body)
     torch.manual_seed(5)
     apply_qv(fresh, 3)  # draws nothing from the caller's random stream (same dropout/head draws after it)
@@ -177,8 +214,9 @@ def test_gradients_reach_the_new_parameters_and_errors_are_clear(bench_root, tin
 
 
 def test_save_load_gives_identical_logits(bench_root, tiny_body, tmp_path):
-    """A BERT and a PolicyBERT sequence model with QV (new weights moved off their init) reload with
-    ``qv_layers`` from the config and bit-identical logits."""
+    """A BERT and a PolicyBERT sequence model with QV (new weights, γ included, moved off their init) reload
+    with ``qv_layers`` / ``qv_init`` from the config and bit-identical logits, under both inits; a config saved
+    before ``qv_init`` existed loads as gate-bias."""
     from transformers import BertForSequenceClassification
 
     from model.configuration import PolicyBertConfig
@@ -192,9 +230,11 @@ def test_save_load_gives_identical_logits(bench_root, tiny_body, tmp_path):
                           max_words=4, fusion="gate", num_labels=3)
     torch.manual_seed(0)
     models = {"bert": BertForSequenceClassification.from_pretrained(tiny_body, num_labels=3),
-              "policybert": PolicyBertForSequenceClassification(pb)}
+              "policybert": PolicyBertForSequenceClassification(pb),
+              "bert-gate-bias": BertForSequenceClassification.from_pretrained(tiny_body, num_labels=3)}
     for name, m in models.items():
-        apply_qv(m, 1, 3.0).eval()
+        init = "gate-bias" if name.endswith("gate-bias") else "rezero"
+        apply_qv(m, 1, 3.0, init).eval()
         with torch.no_grad():
             for p in qv_state(m).values():
                 p.add_(0.1)
@@ -203,12 +243,17 @@ def test_save_load_gives_identical_logits(bench_root, tiny_body, tmp_path):
             before = m(**inputs).logits
         save_finetuned(m, tmp_path / name, tiny_body)
         back = load_finetuned(tmp_path / name)
-        assert back.config.qv_layers == 1 and back.config.qv_gate_bias == 3.0
+        assert back.config.qv_layers == 1 and back.config.qv_gate_bias == 3.0 and back.config.qv_init == init
         assert (tmp_path / name / "vocab.txt").is_file()
         with torch.no_grad():
             assert torch.equal(back(**inputs).logits, before), name
     cfg = json.loads((tmp_path / "bert" / "config.json").read_text(encoding="utf-8"))
-    assert cfg["qv_layers"] == 1
+    assert cfg["qv_layers"] == 1 and cfg["qv_init"] == "rezero" and cfg["qv_gamma_scale"] == 100.0
+    old = tmp_path / "bert-gate-bias" / "config.json"
+    cfg = json.loads(old.read_text(encoding="utf-8"))
+    del cfg["qv_init"], cfg["qv_gamma_scale"]
+    old.write_text(json.dumps(cfg), encoding="utf-8")
+    assert load_finetuned(tmp_path / "bert-gate-bias").config.qv_init == "gate-bias"
 
 
 def test_runner_option_on_sequence_tasks_only(bench_root, tiny_body, tmp_path):
@@ -228,15 +273,19 @@ def test_runner_option_on_sequence_tasks_only(bench_root, tiny_body, tmp_path):
     r = finetune_task(load_task("sa", bench_root), tiny_body, "plain", b, 0, WordMatcher([]), log=lambda m: None,
                       save_dir=tmp_path / "sa")
     assert r["budget"]["qv_layers"] == 1 and r["steps"] == 3 and "QV-attention on the last 1" in b.describe()
+    assert r["budget"]["qv_init"] == "rezero" and "rezero init, gamma lr x100" in b.describe()
+    assert "gamma lr x10," in dataclasses.replace(b, qv_gamma_scale=10.0).describe()
     back = load_finetuned(tmp_path / "sa")
+    assert back.config.qv_init == "rezero" and back.bert.encoder.layer[-1].attention.self.qv_gamma is not None
     assert isinstance(back.bert.encoder.layer[-1].attention.self, QVSelfAttention)
     assert not isinstance(back.bert.encoder.layer[0].attention.self, QVSelfAttention)
     token = dataclasses.replace(load_task("sa", bench_root), task=dataclasses.replace(
         load_task("sa", bench_root).task, kind="token", name="cws"))
     with pytest.raises(ValueError, match="sequence tasks"):
         build_model(tiny_body, "plain", token, b, None, WordMatcher([]))
-    rows = model_rows(["plain", "gate"], BUDGETS["tiny"], "seq", 2, 10.0)
+    rows = model_rows(["plain", "gate"], BUDGETS["tiny"], "seq", 2, 10.0, "gate-bias")
     assert [lab for _, _, lab in rows] == ["plain", "gate", "plain+qv2", "gate+qv2"]
+    assert rows[2][1].qv_init == "gate-bias" and "gate bias 10" in rows[2][1].describe()
     assert rows[2][1].qv_layers == 2 and model_rows(["plain"], BUDGETS["tiny"], "token", 2, 10.0)[-1][2] == "plain"
     df = pd.DataFrame([{"task": "sa", "metric": "accuracy", "model": m, "value": v}
                        for m, vs in {"plain": [0.70, 0.72, 0.71], "plain+qv2": [0.80, 0.81, 0.79]}.items()

@@ -12,7 +12,8 @@ Models (``variant``):
 
 QV-attention (SPEC §11): a budget with ``qv_layers = N > 0`` puts Query-Value attention
 (:mod:`model.qv_attention`) into the last N char layers of any row's model on the sequence tasks (DC, SA, SPM);
-``config.qv_layers`` / ``qv_gate_bias`` are saved with the model and :func:`load_finetuned` rebuilds it exactly.
+``config.qv_layers`` / ``qv_init`` / ``qv_gate_bias`` are saved with the model and :func:`load_finetuned`
+rebuilds it exactly.
 
 Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows, steps, length and layers to fit all six tasks x plain +
 gate x 3 seeds on 2 CPU cores within an hour; ``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
@@ -43,7 +44,9 @@ class Budget:
     steps (``max_steps``, None = ``epochs`` decide), batch size, learning rate, max sequence length in chars,
     char layers kept from the backbone (``layers``, None = all), word layers of a new word encoder, words per
     example, evaluations per run (dev at each epoch end, or every ``eval_every`` steps), device, and QV-attention
-    on the last ``qv_layers`` char layers of sequence-task models (0 = off; gate bias ``qv_gate_bias``, SPEC §11)."""
+    on the last ``qv_layers`` char layers of sequence-task models (0 = off; initialisation ``qv_init``, ``rezero``
+    or ``gate-bias``, gate bias ``qv_gate_bias``, None = the init's own, rezero's learning-rate multiplier on
+    ``γ`` ``qv_gamma_scale``; SPEC §11, :mod:`model.qv_attention`)."""
 
     name: str
     max_train: int | None
@@ -60,7 +63,9 @@ class Budget:
     device: str = "auto"
     word_add_above: bool = True
     qv_layers: int = 0
-    qv_gate_bias: float = 10.0
+    qv_gate_bias: float | None = None
+    qv_init: str = "rezero"
+    qv_gamma_scale: float = 100.0
 
     def describe(self) -> str:
         """One line for the table: the caps of this budget."""
@@ -68,8 +73,16 @@ class Budget:
                 f"{f'{self.max_steps} steps' if self.max_steps else f'{self.epochs} epochs'}, batch {self.batch_size}, "
                 f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
                 f"word layers {self.word_layers}" + ("" if self.word_add_above else ", words fused in word layers only")
-                + (f", QV-attention on the last {self.qv_layers} layer(s) (gate bias {self.qv_gate_bias:g})"
+                + (f", QV-attention on the last {self.qv_layers} layer(s) ({self._qv_init_text()})"
                    if self.qv_layers else ""))
+
+    def _qv_init_text(self) -> str:
+        from model.qv_attention import INIT_GATE_BIAS
+
+        bias = INIT_GATE_BIAS.get(self.qv_init, 0.0) if self.qv_gate_bias is None else self.qv_gate_bias
+        if self.qv_init == "rezero":
+            return f"rezero init, gamma lr x{self.qv_gamma_scale:g}, gate bias {bias:g}"
+        return f"gate bias {bias:g}"
 
 
 BUDGETS: dict[str, Budget] = {
@@ -123,7 +136,7 @@ def build_model(model_dir: str | os.PathLike, variant: str, splits: Splits, budg
     if budget.qv_layers:
         from model.qv_attention import apply_qv
 
-        apply_qv(m, budget.qv_layers, budget.qv_gate_bias)
+        apply_qv(m, budget.qv_layers, budget.qv_gate_bias, budget.qv_init, budget.qv_gamma_scale)
     return m
 
 
