@@ -1,13 +1,18 @@
 """Related-policy matching (SPEC §12) on LawRefBook: baselines, LTM-B and its three ablations, 3 seeds, side by side.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/related_bench.py --encoder E5_DIR [--corpus FILE] [--work DIR]
-        [--max-segments 1] [--seeds 13 14 15] [--out FILE.json]
+        [--max-segments 1] [--seeds 13 14 15] [--out FILE.json] [--folds 5 [--reverse-others 600]]
 
 Derives the title-pattern pairs (:mod:`related.pairs`, seed 13) unless ``--work/pairs.jsonl`` exists, embeds
 (and caches under ``--work/segments``) the first ``--max-segments`` segments of every document the pairs and the
 candidate laws need with the encoder, then runs :func:`related.evaluate.run`: each held-out regulation's parent
 ranked among ALL laws of the corpus. Prints the budget (threads, documents, segments, seconds) and one row per
 system: recall@1 and MRR as mean ± std over seeds.
+
+With ``--folds K`` it runs the cross-validation by law instead (:func:`related.crossval.run_cv`): every
+title-pattern regulation scored once per seed, both directions (regulation -> law among all laws; law -> its
+regulations among all title-pattern regulations plus ``--reverse-others`` seeded non-pattern ones), beside the
+baselines including whole-text BM25 with both strippings.
 """
 from __future__ import annotations
 
@@ -30,7 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--max-segments", type=int, default=1)
     p.add_argument("--seeds", type=int, nargs="+", default=[13, 14, 15])
     p.add_argument("--out")
+    p.add_argument("--folds", type=int, help="cross-validate by law with K folds (no pair file)")
+    p.add_argument("--reverse-others", type=int, default=600)
     a = p.parse_args(argv)
+    if a.folds:
+        return _cv(a)
     import torch
 
     from related.evaluate import EvalSetup, run
@@ -54,6 +63,32 @@ def main(argv=None) -> int:
     for r in res["summary"]:
         print(f"{r['system']:<20} {r['runs']:>4} {r['recall@1']:>8.3f} ± {r['recall@1_std']:.3f} "
               f"{r['mrr']:>8.3f} ± {r['mrr_std']:.3f} {r['queries']:>7}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+def _cv(a) -> int:
+    """The cross-validated run (``--folds``): prints the budget and one row per system, both directions."""
+    import torch
+
+    from related.crossval import CVSetup, run_cv
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    res = run_cv(a.corpus, a.encoder, Path(a.work) / "segments",
+                 CVSetup(folds=a.folds, seeds=tuple(a.seeds), max_segments=a.max_segments,
+                         reverse_others=a.reverse_others), log=lambda s: print(s, file=sys.stderr, flush=True))
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    e, pool = res["embedding"], res["pool"]
+    print(f"budget: 1 torch thread; {a.folds} folds by law x seeds {a.seeds}; {e['documents']} documents x first "
+          f"{a.max_segments} segments ({e['embedded_segments']} embedded now, {e['cached_segments']} cached); "
+          f"forward: {res['candidates']} candidate laws; reverse pool: {pool}; run {res['wall_s']} s")
+    print(f"{'system':<32} {'runs':>4} {'fwd R@1':>13} {'fwd MRR':>13} {'rev R@10':>13} {'rev MRR':>13} {'rev MAP':>13}")
+    for r in res["summary"]:
+        cells = " ".join(f"{r[m]:>6.3f}±{r[m + ' std']:.3f}" for m in
+                         ("fwd recall@1", "fwd mrr", "rev recall@10", "rev mrr", "rev map"))
+        print(f"{r['system']:<32} {r['runs']:>4} {cells}  ({r['fwd queries']} / {r['rev queries']} queries)")
     if a.out:
         Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0

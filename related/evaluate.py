@@ -7,8 +7,13 @@ every system reads the same text; over the whole texts BM25 is perfect on this d
 seed LTM-B scoring every candidate (``ltm-b``), LTM-B re-ranking the best cheap baseline's top ``rerank_k``
 (``ltm-b@rerank``), and the ablations (``-positions``, ``-transformer``, ``cosine``).
 
-CLI: ``python -m related.evaluate --corpus FILE --pairs FILE --encoder CKPT --cache DIR [--max-segments 1]
-[--seeds 13 14 15] [--out FILE.json]``.
+With ``--folds K`` the measurement is cross-validated by law instead (:func:`related.crossval.run_cv`): every
+title-pattern regulation a test query once per seed, both directions (a regulation -> its law among all laws;
+a law -> its regulations among a capped regulation pool of ``--reverse-others`` non-pattern regulations plus
+all pattern ones), baselines including whole-text BM25 with SPEC §12's pair-specific stripping; no pair file.
+
+CLI: ``python -m related.evaluate --corpus FILE (--pairs FILE | --folds K) --encoder CKPT --cache DIR
+[--max-segments 1] [--seeds 13 14 15] [--reverse-others 600] [--out FILE.json]``.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import pandas as pd
 
 from related.baselines import BigramBM25, cosine_scores
 from related.ltm import LTMConfig
-from related.ranking import rank_metrics
+from related.ranking import rank_metrics, rerank
 from related.train import TrainConfig, ltm_scores, train_ltm
 
 ABLATIONS = {"ltm-b": {}, "ltm-b -positions": {"positions": False},
@@ -50,18 +55,6 @@ def baseline_rows(pairs: pd.DataFrame, mats: dict, texts: dict, cands: list[str]
     fns = {k: (lambda a, c, k=k: cosine_scores(mats[a], [mats[x] for x in c], k)) for k in ("truncation", "mean")}
     fns["bm25"] = lambda a, c: bm.scores(texts[a])[[index[x] for x in c]]
     return {k: (rank_metrics(f, pos, cands), f) for k, f in fns.items()}
-
-
-def rerank(first, second, k: int):
-    """A scorer taking ``first``'s top ``k`` in ``second``'s order above the rest in ``first``'s order."""
-    def score(a, c):
-        s1 = np.asarray(first(a, c), dtype=np.float64)
-        top = np.argsort(-s1, kind="stable")[:k]
-        out = s1 - s1.max() - 1.0  # everything below the re-ranked ones
-        s2 = np.asarray(second(a, [c[i] for i in top]), dtype=np.float64)
-        out[top] = s2 - s2.min() + 1.0
-        return out
-    return score
 
 
 def ltm_rows(pairs, mats, cands, setup: EvalSetup, base, dim: int, tcfg: TrainConfig = TrainConfig(),
@@ -128,7 +121,9 @@ def run(corpus_path, pairs_path, encoder_dir, cache_dir, setup: EvalSetup = Eval
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m related.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True)
-    p.add_argument("--pairs", required=True)
+    p.add_argument("--pairs", help="pair file (the fixed-split measurement)")
+    p.add_argument("--folds", type=int, help="cross-validate by law with K folds instead of a pair file")
+    p.add_argument("--reverse-others", type=int, default=600, help="non-pattern regulations in the reverse pool")
     p.add_argument("--encoder", required=True, help="encoder checkpoint (the version's pinned one)")
     p.add_argument("--cache", required=True, help="segment-vector cache folder")
     p.add_argument("--max-segments", type=int, default=EvalSetup.max_segments)
@@ -136,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ablations", action="store_true")
     p.add_argument("--out")
     a = p.parse_args(argv)
-    setup = EvalSetup(max_segments=a.max_segments, seeds=tuple(a.seeds), ablations=not a.no_ablations)
+    if (a.pairs is None) == (a.folds is None):
+        p.error("give exactly one of --pairs and --folds")
     try:
-        res = run(a.corpus, a.pairs, a.encoder, a.cache, setup, log=lambda s: print(s, file=sys.stderr))
+        res = _run(a)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -149,6 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     for r in res["summary"]:
         print(json.dumps(r, ensure_ascii=False))
     return 0
+
+
+def _run(a) -> dict:
+    """The fixed-split run (``--pairs``) or the cross-validated one (``--folds``) for parsed arguments ``a``."""
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if a.folds is not None:
+        from related.crossval import CVSetup, run_cv
+
+        return run_cv(a.corpus, a.encoder, a.cache, CVSetup(folds=a.folds, seeds=tuple(a.seeds),
+                                                            max_segments=a.max_segments,
+                                                            reverse_others=a.reverse_others), log=log)
+    setup = EvalSetup(max_segments=a.max_segments, seeds=tuple(a.seeds), ablations=not a.no_ablations)
+    return run(a.corpus, a.pairs, a.encoder, a.cache, setup, log=log)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,20 @@ def strip_citations(text: str, titles: re.Pattern) -> str:
     return titles.sub("", text)
 
 
+def strip_other(text: str, other_title: str) -> str:
+    """``text`` without what names ONE other document (SPEC §12's pair-specific stripping): the citing clause
+    ``根据《other》…，`` (to its first comma), ``《other》`` and the bare title, full and without ``中华人民共和国``
+    (when the short form has at least 2 chars). Other titles stay. Unchanged text when nothing matches."""
+    short = other_title[len(PREFIX):] if other_title.startswith(PREFIX) else other_title
+    if short not in text:  # the full title contains the short one: nothing to strip
+        return text
+    names = "|".join(re.escape(n) for n in sorted({other_title, short}, key=len, reverse=True) if len(n) >= 2)
+    if not names:
+        return text
+    text = re.sub(rf"根据《(?:{names})》[^，,。；;\n]{{0,80}}[，,]", "", text)
+    return re.sub(names, "", text.replace(f"《{other_title}》", "").replace(f"《{short}》", ""))
+
+
 def split_laws(law_titles, cfg: PairConfig = PairConfig()) -> dict[str, str]:
     """law title -> ``train`` | ``dev`` | ``test``: a shuffle of the sorted titles with ``cfg.seed``, the first
     ``cfg.test`` share test, the next ``cfg.dev`` dev."""

@@ -32,3 +32,42 @@ def rank_metrics(score: Callable[[str, list[str]], np.ndarray], positives: pd.Da
 def _own_out(score, a: str, cands: Sequence[str]) -> tuple[np.ndarray, list[str]]:
     c = [x for x in cands if x != a]
     return np.asarray(score(a, c), dtype=np.float64), c
+
+
+def set_metrics(score: Callable[[str, list[str]], np.ndarray], queries: dict, cands: Sequence[str],
+                k: int = 10) -> dict:
+    """Ranking with several relevant documents per query (a law's implementing regulations): ``queries`` maps
+    a query id to its set of relevant candidate ids; ``score(q, cands) -> (len(cands),)``. Returns the means
+    over queries of recall@k (share of the relevant ranked in the first ``k``), MRR (first relevant) and
+    average precision (MAP), ties counting against the relevant (each relevant ranked as by
+    :func:`gold_rank` among the irrelevant; a relevant outside ``cands`` ranks last), and ``queries``.
+
+    Raises:
+        ValueError: a query with no relevant document.
+    """
+    rec, rr, ap = [], [], []
+    for q, rel in queries.items():
+        if not rel:
+            raise ValueError(f"query {q!r} has no relevant document")
+        s, c = _own_out(score, q, cands)
+        pos = {x: i for i, x in enumerate(c)}
+        irr = np.asarray([s[i] for i, x in enumerate(c) if x not in rel])
+        ranks = sorted(1 + int(np.sum(irr >= s[pos[r]])) if r in pos else len(c) + 1 for r in rel)
+        ranks = [r + j for j, r in enumerate(ranks)]  # the relevant above it count too
+        rec.append(np.mean([r <= k for r in ranks]))
+        rr.append(1 / ranks[0])
+        ap.append(np.mean([(j + 1) / r for j, r in enumerate(ranks)]))
+    return {f"recall@{k}": float(np.mean(rec)), "mrr": float(np.mean(rr)), "map": float(np.mean(ap)),
+            "queries": len(queries)}
+
+
+def rerank(first, second, k: int):
+    """A scorer taking ``first``'s top ``k`` in ``second``'s order above the rest in ``first``'s order."""
+    def score(a, c):
+        s1 = np.asarray(first(a, c), dtype=np.float64)
+        top = np.argsort(-s1, kind="stable")[:k]
+        out = s1 - s1.max() - 1.0  # everything below the re-ranked ones
+        s2 = np.asarray(second(a, [c[i] for i in top]), dtype=np.float64)
+        out[top] = s2 - s2.min() + 1.0
+        return out
+    return score

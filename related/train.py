@@ -68,14 +68,15 @@ def train_ltm(pairs: pd.DataFrame, mats: dict, cfg: LTMConfig, tcfg: TrainConfig
     torch.manual_seed(tcfg.seed)
     rng, model = random.Random(tcfg.seed), LTMB(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-    best, best_state, hist, t0, stale = -1.0, None, [], time.perf_counter(), 0
+    best, best_nll, best_state, hist, t0, stale = -1.0, float("inf"), None, [], time.perf_counter(), 0
     for epoch in range(tcfg.epochs):
         loss = _epoch(model, opt, epoch_pairs(pairs, rng, tcfg.random_negatives), mats, tcfg.batch_size)
         mrr = rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), dev, cands)["mrr"]
-        hist.append({"epoch": epoch, "loss": loss, "dev_mrr": mrr, "seconds": time.perf_counter() - t0})
-        log(f"epoch {epoch}: loss {loss:.4f} dev MRR {mrr:.4f}")
-        if mrr > best:
-            best, stale = mrr, 0
+        nll = dev_nll(model, mats, dev, cands)
+        hist.append({"epoch": epoch, "loss": loss, "dev_mrr": mrr, "dev_nll": nll, "seconds": time.perf_counter() - t0})
+        log(f"epoch {epoch}: loss {loss:.4f} dev MRR {mrr:.4f} dev NLL {nll:.4f}")
+        if (round(mrr, 9), -nll) > (round(best, 9), -best_nll):  # a saturated MRR still selects by NLL
+            best, best_nll, stale = mrr, nll, 0
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         else:
             stale += 1
@@ -83,6 +84,18 @@ def train_ltm(pairs: pd.DataFrame, mats: dict, cfg: LTMConfig, tcfg: TrainConfig
             break
     model.load_state_dict(best_state)
     return model.eval(), {"epochs": hist, "best_dev_mrr": best, "seconds": time.perf_counter() - t0}
+
+
+def dev_nll(model: LTMB, mats: dict, dev: pd.DataFrame, cands) -> float:
+    """Mean negative log-likelihood of each dev positive's ``b`` under a softmax of the model's scores over
+    ``cands`` (nats): the early-stopping tie-break that keeps improving after the dev MRR saturates at 1."""
+    out = []
+    for a, b in zip(dev["a"], dev["b"]):
+        c = [x for x in cands if x != a]
+        s = np.asarray(ltm_scores(model, mats, a, c), dtype=np.float64)
+        m = s.max()
+        out.append(float(m + np.log(np.exp(s - m).sum()) - s[c.index(b)]))
+    return float(np.mean(out))
 
 
 def _epoch(model: LTMB, opt, items, mats: dict, batch_size: int) -> float:

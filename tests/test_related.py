@@ -195,3 +195,57 @@ def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
     assert emb["embedded_segments"] == len(mats2["x1"]) >= 1 and np.array_equal(mats2["law0"], mats["law0"])
     assert main(["nope", "--data-dir", str(tmp_path / "data")]) == 2
     assert "no document with doc_id 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_cross_validation_folds_are_by_law_and_test_every_regulation_once(tiny_corpus, k):
+    from related.folds import fold_pairs, law_folds, reverse_pool
+    from related.pairs import parents
+
+    corpus = read_corpus(tiny_corpus)
+    laws, pos = corpus[corpus["level"] == "法律"], parents(corpus)
+    folds = law_folds(laws, pos, k, seed=7)
+    assert set(folds) == set(laws["id"]) and set(folds.values()) == set(range(k))
+    sizes = pos["b"].map(folds).value_counts()
+    assert sizes.max() - sizes.min() <= 2  # 2 regulations a law: near-equal query counts per fold
+    tested = []
+    for f in range(k):
+        pairs = fold_pairs(corpus, folds, f, PairConfig(seed=7, level_negatives=2, category_negatives=2))
+        side = {}
+        for doc, s in [*zip(pairs["b"], pairs["split"]), *zip(pairs["a"], pairs["split"])]:
+            assert side.setdefault(doc, s) == s  # no law (nor regulation) on two sides of a fold
+        assert {"train", "dev", "test"} <= set(pairs["split"])
+        test = pairs[(pairs["split"] == "test") & (pairs["label"] == 1)]
+        assert set(test["b"]) == {b for b, g in folds.items() if g == f} & set(pos["b"])
+        tested += list(test["a"])
+    assert sorted(tested) == sorted(pos["a"])  # every regulation a test query exactly once
+    assert law_folds(laws, pos, k, seed=7) == folds and law_folds(laws, pos, k, seed=8) != folds
+    with pytest.raises(ValueError, match="folds"):
+        law_folds(laws, pos, 11, seed=7)
+    pool = reverse_pool(corpus, others=1)
+    assert set(pos["a"]) < set(pool) and len(pool) == len(pos) + 1 and set(pool) - set(pos["a"]) <= {"other", "orphan"}
+
+
+def test_sparse_bm25_matches_the_kernel_and_pair_stripping_removes_only_the_other_title(tiny_corpus):
+    from related.baselines import BigramBM25, SparseBM25, pair_stripped_scores
+    from related.pairs import strip_other
+    from related.ranking import set_metrics
+
+    corpus = read_corpus(tiny_corpus)
+    texts, titles = dict(zip(corpus["id"], corpus["text"])), dict(zip(corpus["id"], corpus["title"]))
+    laws = sorted(corpus.loc[corpus["level"] == "法律", "id"])
+    sparse, kernel = SparseBM25([texts[x] for x in laws]), BigramBM25([texts[x] for x in laws])
+    for q in ("reg0-0", "reg4-1", "other"):
+        np.testing.assert_allclose(sparse.scores(texts[q]), kernel.scores(texts[q]), rtol=1e-5, atol=1e-6)
+    assert sparse.score_one(texts["reg0-0"], texts[laws[0]]) == pytest.approx(sparse.scores(texts["reg0-0"])[0])
+    text = "第一条 根据《中华人民共和国水法》和有关法律，结合实际，制定本办法。依照水法和《档案法》执行。"
+    assert strip_other(text, "中华人民共和国水法") == "第一条 结合实际，制定本办法。依照和《档案法》执行。"
+    assert strip_other(text, "中华人民共和国邮政法") == text
+    s = pair_stripped_scores(sparse, texts["reg0-0"], titles["reg0-0"], laws, texts, titles)
+    stripped = strip_other(texts["reg0-0"], titles["law0"])
+    assert s[0] == pytest.approx(sparse.score_one(stripped, texts["law0"])) and s[0] < sparse.scores(texts["reg0-0"])[0]
+    assert np.allclose(s[1:], sparse.scores(texts["reg0-0"])[1:])  # other laws: nothing named, nothing stripped
+    scores = {"law0": 3.0, "reg0-0": 2.0, "reg0-1": 1.0, "other": 1.0}  # ties count against the relevant
+    m = set_metrics(lambda q, c: np.array([scores[x] for x in c]), {"law0": {"reg0-0", "reg0-1"}},
+                    ["reg0-0", "other", "reg0-1", "law0"], k=1)
+    assert m == {"recall@1": 0.5, "mrr": 1.0, "map": pytest.approx((1 + 2 / 3) / 2), "queries": 1}
