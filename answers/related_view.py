@@ -155,7 +155,7 @@ class RelatedViews:
         """The loaded model, or the reason (str, no paths) it cannot be served; the detail is logged."""
         try:
             return _load(self.root / version, version)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # a malformed model file as well
             log.warning("index %s serves no related documents: %s", version, exc)
             why = no_paths(exc)
             if "related" not in why:

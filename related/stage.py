@@ -3,14 +3,12 @@ version's own document matrices, plus documents outside the version (a corpus fi
 pinned encoder and chunked as the version chunks.
 
 The part is one JSON file (``related.json``, :mod:`related.ltm`) whose ``info.provenance`` names the version's
-encoder (``encoder_model_id``) and segmenter, so :func:`retrieval.parts.install_part` installs it only into a
-version built with the same encoder. Wiring into the index stage (a few lines, see docs/related.md)::
-
-    figs = build_related_part(staged_vdir, pairs_file, work_dir, corpus=corpus_file)
-    PartSource("related", "related.json", figs["path"], requires=("encoder_model_id",))
+encoder (``encoder_model_id``) and segmenter. The index stage trains it on the staged version as a
+:class:`retrieval.parts.FittedPart` (:func:`related_part`); :func:`build_related_part` is the training itself.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -20,6 +18,8 @@ from related.pairs import PairConfig, read_pairs, split_laws
 from related.ranking import rank_metrics
 from related.serve import PART_FILE
 from related.train import TrainConfig, ltm_scores, train_ltm
+
+PAIRS_FORMAT = 1  # bump when related.pairs derives pairs differently: cached default pair files are then rebuilt
 
 
 def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
@@ -126,22 +126,34 @@ def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, 
     pinned encoder, first ``max_segments`` segments each, cached under ``work_dir``). The part's record holds
     the version's ``provenance`` and the training ``figures`` (held-out recall@1 / MRR of the parent law).
 
-    Raises (when fitted): FileNotFoundError / ValueError from the pair file, the corpus or the training.
+    Raises (when fitted): FileNotFoundError / ValueError from a user's pair file or the training on it; with the
+    default set, such an error (no title-pattern pairs, an unreadable corpus) records the part as refused with
+    the reason instead, and the version is published without it.
     """
     from retrieval.parts import FittedPart, version_identity
     from storage import file_sha256
 
     work = Path(work_dir)
 
-    def fit(index_root: Path, version: str) -> tuple[str, dict]:
-        pairs_file = pairs or default_pairs(corpus, work / f"pairs-{file_sha256(corpus)[:16]}-{seed}.jsonl",
-                                            PairConfig(seed=seed))
+    def train(index_root: Path, version: str) -> tuple[str, dict]:
+        pcfg = PairConfig(seed=seed)
+        key = hashlib.sha256(json.dumps([file_sha256(corpus), asdict(pcfg), PAIRS_FORMAT]).encode()).hexdigest()
+        pairs_file = pairs or default_pairs(corpus, work / f"pairs-{key[:16]}.jsonl", pcfg)
         vdir = Path(index_root) / version
         figs = build_related_part(vdir, pairs_file, work / "model", corpus=corpus, cache_dir=work / "segments",
                                   cfg=LTMConfig(max_segments=max_segments), tcfg=TrainConfig(seed=seed), log=log)
         text = Path(figs.pop("path")).read_text(encoding="utf-8")
         manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
         return text, {"provenance": version_identity(manifest), "figures": figs,
-                      "pairs": "default" if not pairs else str(pairs)}
+                      "pairs": "default" if not pairs else str(pairs), "pairs_sha256": file_sha256(pairs_file)}
+
+    def fit(index_root: Path, version: str) -> tuple[str | None, dict]:
+        if pairs:  # the user's labels: their errors stop the publication
+            return train(index_root, version)
+        try:  # the default set: a corpus without title-pattern pairs publishes without the part, saying why
+            return train(index_root, version)
+        except (OSError, ValueError) as exc:
+            log(f"related part skipped: {exc}")
+            return None, {"refused": f"default related pairs from {Path(corpus).name}: {exc}"}
 
     return FittedPart("related", PART_FILE, fit)

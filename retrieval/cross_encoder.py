@@ -228,11 +228,17 @@ class CrossEncoder:
             return np.zeros(0, dtype=np.float32)
         if self.module.training:
             self.module.eval()
+        dev = next(self.module.parameters()).device  # the shared token embeddings may have moved with the encoder
+        for p in self.module.parameters():
+            if p.device != dev:
+                self.module.to(dev)
+                break
         out = []
         with torch.inference_mode():
             for i in range(0, len(passages), self.config.batch_size):
                 part = list(passages[i:i + self.config.batch_size])
-                out.append(self.module(*self.encode([query] * len(part), part)).float().numpy())
+                out.append(self.module(*(t.to(dev) for t in self.encode([query] * len(part), part)))
+                           .float().cpu().numpy())
         return np.concatenate(out).astype(np.float32)
 
     def rerank(self, query: str, hits: list) -> list:

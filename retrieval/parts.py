@@ -20,6 +20,7 @@ checks each at load.
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import tempfile
@@ -104,6 +105,8 @@ def install_part(vdir: Path, source: PartSource, identity: dict) -> dict:
                 "source": str(source.path)}
     sidecar = sidecar_file(source.path, source.name)
     if sidecar is not None:  # the weights a JSON part names (its JSON records their sha256: the loader checks it)
+        if (vdir / sidecar).exists():
+            raise PartError(f"{source.name}: weights file {sidecar} would overwrite a file of the version")
         shutil.copyfile(Path(source.path).parent / sidecar, vdir / sidecar)
     shutil.copyfile(source.path, vdir / source.file)
     rec = {"file": source.file, "sha256": file_sha256(vdir / source.file), "provenance": prov, **source.meta}
@@ -122,8 +125,8 @@ def sidecar_file(path: str | os.PathLike, name: str = "part") -> str | None:
     f = w.get("file") if isinstance(w, dict) else None
     if f is None:
         return None
-    if not isinstance(f, str) or not f or Path(f).name != f or f.startswith(".") or f.endswith(".json"):
-        raise PartError(f"{name}: weights file {f!r} is not a plain file name")
+    if not isinstance(f, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}\.safetensors", f):
+        raise PartError(f"{name}: weights file {f!r} is not a plain '<name>.safetensors' file name")
     if not (Path(path).parent / f).is_file():
         raise PartError(f"{name}: weights file {f} not found beside {path}")
     return f
@@ -184,6 +187,9 @@ def write_parts(vdir: Path, manifest: dict, clean_dir: str | os.PathLike | None,
         with staged_view(vdir, {**manifest, "parts": dict(parts)}, index_root) as (root, version):
             for f in fitted:
                 text, extra = f.fit(root, version)
+                if text is None:  # the fit declined (e.g. a default training set without pairs): say why
+                    parts[f.name] = {"refused": str(extra.get("refused", "not fitted"))}
+                    continue
                 (vdir / f.file).write_text(text, encoding="utf-8")
                 parts[f.name] = {"file": f.file, "sha256": file_sha256(vdir / f.file), **extra}
     return parts

@@ -201,3 +201,23 @@ def test_a_trained_cross_encoder_is_the_pinned_reranker_of_a_version(tmp_path, t
     (vdir / "reranker.safetensors").write_bytes(w[:-2] + bytes([w[-2] ^ 1, w[-1]]))
     with pytest.raises(ValueError, match="changed since"):
         load_bundle(tmp_path / "data" / "index", version=res["version"]).pipeline
+
+
+def test_a_part_cannot_name_a_weights_file_that_is_not_its_own(tmp_path):
+    """A JSON part's weights file is a plain ``<name>.safetensors`` beside it and never replaces a file of the
+    version (its index, chunks, texts, manifest or another part's weights)."""
+    from retrieval.parts import PartError, PartSource, install_part
+
+    vdir = tmp_path / "v1"
+    vdir.mkdir()
+    (vdir / "index.faiss").write_bytes(b"FAISS")
+    (vdir / "taken.safetensors").write_bytes(b"other part")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("index.faiss", "../x.safetensors", "manifest.json", "taken.safetensors"):
+        (src / "index.faiss").write_bytes(b"EVIL")
+        (src / "taken.safetensors").write_bytes(b"EVIL")
+        (src / "r.json").write_text(json.dumps({"kind": "cross-encoder", "weights": {"file": name}}))
+        with pytest.raises(PartError):
+            install_part(vdir, PartSource("reranker", "reranker.json", str(src / "r.json"), requires=()), {})
+    assert (vdir / "index.faiss").read_bytes() == b"FAISS" and (vdir / "taken.safetensors").read_bytes() == b"other part"

@@ -45,3 +45,21 @@ def test_the_index_stage_pins_a_related_model_trained_on_the_default_pairs(tmp_p
     assert "related" not in v2["parts"]  # published without a pair source: no related model
     with pytest.raises(Exception, match="related part"):
         load(data / "index" / again["version"])
+
+
+def test_a_default_corpus_without_pairs_publishes_without_the_related_part(tmp_path):
+    """The default training set is a convenience: a corpus with no title-pattern pairs records the part as
+    refused, with the reason, and the version is still published (SPEC §12)."""
+    from answers.stages import index_publish_stage
+    from retrieval.chunks import ChunkConfig
+    from tests.retrieval_builders import policy_docs, save_tiny_bert, write_clean
+
+    corpus = tmp_path / "laws.jsonl"
+    laws = [r for r in corpus_rows() if r["level"] == "法律"]  # laws only: no regulation implements one
+    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in laws) + "\n", encoding="utf-8")
+    data = tmp_path / "data"
+    res = index_publish_stage(write_clean(policy_docs(), data / "documents_clean"), save_tiny_bert(tmp_path / "enc"),
+                              data / "index", ChunkConfig(**CHUNKS), sparse=None, answer_scorer=None,
+                              related_corpus=corpus)
+    rec = res["serving_parts"]["related"]
+    assert "no law with a regulation" in rec["refused"] and (data / "index" / "CURRENT").read_text().strip() == "v1"
