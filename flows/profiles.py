@@ -135,6 +135,7 @@ PROFILES: dict[str, PipelineConfig] = {
         finetune_max_eval=200,
         retrieval_encoder=EncoderChoiceConfig(dev_docs=5, max_queries=20),
         evaluate=EvalConfig(),
+        related_corpus="",  # test runs publish without the related model (tests/test_related_stage.py trains it)
     ),
 }
 
