@@ -1,7 +1,7 @@
 """Related policies where users meet them (SPEC §12): the serving index version's ``related`` part (LTM-B,
-:func:`related.load`) behind the answer page and its JSON API (:mod:`answers.web`).
+:func:`docmatch.load`) behind the answer page and its JSON API (:mod:`answers.web`).
 
-:class:`RelatedViews` loads a version's :class:`related.serve.RelatedIndex` once and keeps it by the version's
+:class:`RelatedViews` loads a version's :class:`docmatch.serve.RelatedIndex` once and keeps it by the version's
 identity (:func:`retrieval.versions.version_key`, as :meth:`answers.answer.Answerer.backend` keeps backends: a
 version rebuilt under the same name, or given a new part, has another manifest and so another key; the two latest
 are kept), and so is the reason a version cannot serve related documents (no part, refused at publication,
@@ -87,10 +87,10 @@ class _Loaded:
 def _load(vdir: Path, version: str) -> _Loaded:
     """The related model of the version in ``vdir`` and its documents' http(s) links (texts part).
 
-    Raises: what :func:`related.load` raises (PartError, FileNotFoundError, ValueError)."""
+    Raises: what :func:`docmatch.load` raises (PartError, FileNotFoundError, ValueError)."""
     import json
 
-    from related import load
+    from docmatch import load
     from retrieval.parts import TEXTS, read_texts
 
     index = load(vdir)

@@ -57,7 +57,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     ``answer_scorer`` is then not installed) and the result's ``serving_parts.answer_scorer.fit`` holds the fit's
     figures. With ``related_pairs`` (a pair file) or ``related_corpus`` (a corpus to derive the default
     title-pattern pairs from) the version also gets its ``related`` part: LTM-B trained over the staged version
-    (:func:`related.stage.related_part`, SPEC §12; its cache under ``DATA/cache/related``).
+    (:func:`docmatch.stage.related_part`, SPEC §12; its cache under ``DATA/cache/related``).
 
     Raises:
         FileNotFoundError / ValueError: naming the question file: missing, not NCPQA JSON Lines, or no question
@@ -73,7 +73,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
             tokenizer = make_tokenizer(sparse.segmenter)
         fitted = (scorer_part(answer_questions, Path(clean_dir).parent, tokenizer),)
     if related_pairs or related_corpus:
-        from related.stage import related_part
+        from docmatch.stage import related_part
 
         fitted += (related_part(related_pairs or None, related_corpus or None,
                                 Path(clean_dir).parent / RELATED_CACHE, related_segments),)

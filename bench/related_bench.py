@@ -3,13 +3,13 @@
     OMP_NUM_THREADS=1 .venv/bin/python bench/related_bench.py --encoder E5_DIR [--corpus FILE] [--work DIR]
         [--max-segments 1] [--seeds 13 14 15] [--out FILE.json] [--folds 5 [--reverse-others 600]]
 
-Derives the title-pattern pairs (:mod:`related.pairs`, seed 13) unless ``--work/pairs.jsonl`` exists, embeds
+Derives the title-pattern pairs (:mod:`docmatch.pairs`, seed 13) unless ``--work/pairs.jsonl`` exists, embeds
 (and caches under ``--work/segments``) the first ``--max-segments`` segments of every document the pairs and the
-candidate laws need with the encoder, then runs :func:`related.evaluate.run`: each held-out regulation's parent
+candidate laws need with the encoder, then runs :func:`docmatch.evaluate.run`: each held-out regulation's parent
 ranked among ALL laws of the corpus. Prints the budget (threads, documents, segments, seconds) and one row per
 system: recall@1 and MRR as mean ± std over seeds.
 
-With ``--folds K`` it runs the cross-validation by law instead (:func:`related.crossval.run_cv`): every
+With ``--folds K`` it runs the cross-validation by law instead (:func:`docmatch.crossval.run_cv`): every
 title-pattern regulation scored once per seed, both directions (regulation -> law among all laws; law -> its
 regulations among all title-pattern regulations plus ``--reverse-others`` seeded non-pattern ones), beside the
 baselines including whole-text BM25 with both strippings.
@@ -42,8 +42,8 @@ def main(argv=None) -> int:
         return _cv(a)
     import torch
 
-    from related.evaluate import EvalSetup, run
-    from related.pairs import derive_pairs, read_corpus, write_pairs
+    from docmatch.evaluate import EvalSetup, run
+    from docmatch.pairs import derive_pairs, read_corpus, write_pairs
 
     torch.set_num_threads(1)
     work = Path(a.work)
@@ -72,7 +72,7 @@ def _cv(a) -> int:
     """The cross-validated run (``--folds``): prints the budget and one row per system, both directions."""
     import torch
 
-    from related.crossval import CVSetup, run_cv
+    from docmatch.crossval import CVSetup, run_cv
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()

@@ -97,7 +97,7 @@ class PipelineConfig:
     # the query pipeline's reranker pinned into every index version (retrieval.rerankers): a reranker JSON file,
     # relative paths from the repository root (retrieval/data/bm25-window.json ships); "" = none
     reranker: str = ""
-    # the related-policies model pinned into every index version (SPEC §12; related.stage): LTM-B trained on a pair
+    # the related-policies model pinned into every index version (SPEC §12; docmatch.stage): LTM-B trained on a pair
     # file (JSON Lines {"a", "b", "label"[, "split"]}; relative paths from the repository root) or, without one, on
     # the title-pattern pairs derived from related_corpus (its documents embedded with the version's encoder, the
     # first related_segments segments each); a corpus file that does not exist skips the part ("" = none)

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     if (a.doc_id is None) == (a.pairs is None) or a.k < 1:
         print("error: give one DOC_ID or --pairs FILE, and -k >= 1", file=sys.stderr)
         return 2
-    from related import load
+    from docmatch import load
     from retrieval.bundle import resolve_version
     from storage import layout as L
 

@@ -149,7 +149,7 @@ def serving_part_files(run: Run) -> None:
     """Give the index stage the files of its serving parts as inputs (their content enters its cache key),
     relative paths resolved from the repository root: ``answer_scorer`` and ``reranker`` (installed) or, with
     ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`),
-    and the pair file or corpus the related-policies model trains on (:func:`related.stage.related_part`; a
+    and the pair file or corpus the related-policies model trains on (:func:`docmatch.stage.related_part`; a
     missing default corpus publishes without that part, said on the console).
 
     Raises:

@@ -13,7 +13,7 @@ from tests.conftest import REPO
 
 # Layer order (lower first): a library imports only its own package and the libraries below it. flows/ops/tasks
 # are above every library; bench/scripts/tests are outside the layering.
-LIBRARY_ORDER = {"storage": 0, "crawler": 1, "corpus": 1, "model": 2, "retrieval": 3, "related": 4, "answers": 5}
+LIBRARY_ORDER = {"storage": 0, "crawler": 1, "corpus": 1, "model": 2, "retrieval": 3, "docmatch": 4, "answers": 5}
 ABOVE_LIBRARIES = {"tasks", "flows", "ops", "prefect", "prefect_dask"}
 # corpus reads the documents contract of crawler's importers (corpus.stages: import stage)
 ALLOWED_SIDEWAYS = {("corpus", "crawler")}

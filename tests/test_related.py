@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from related.ltm import LTMB, LTMConfig, from_json, load_file, save, score_pairs, to_json
-from related.pairs import (PairConfig, derive_pairs, load_texts, parent_title, read_corpus, split_laws,
+from docmatch.ltm import LTMB, LTMConfig, from_json, load_file, save, score_pairs, to_json
+from docmatch.pairs import (PairConfig, derive_pairs, load_texts, parent_title, read_corpus, split_laws,
                            strip_citations, title_pattern)
 
 TOPICS = [("水法", "水资源开发利用和节约保护"), ("教师法", "教师资格和教师待遇"), ("渔业法", "渔业资源增殖和捕捞许可"),
@@ -123,7 +123,7 @@ def test_ablation_switches_change_the_architecture():
 
 
 def test_segment_cache_embeds_only_missing_rows(tmp_path):
-    from related.segments import encoder_cache, segments
+    from docmatch.segments import encoder_cache, segments
     from retrieval.chunks import ChunkConfig
     from tests.retrieval_builders import policy_docs, save_tiny_bert
 
@@ -139,10 +139,10 @@ def test_segment_cache_embeds_only_missing_rows(tmp_path):
 
 def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
     from flows.related import main
-    from related import load
-    from related.pairs import write_pairs
-    from related.stage import build_related_part
-    from related.train import TrainConfig, ltm_scores
+    from docmatch import load
+    from docmatch.pairs import write_pairs
+    from docmatch.stage import build_related_part
+    from docmatch.train import TrainConfig, ltm_scores
     from retrieval.chunks import ChunkConfig
     from retrieval.parts import PartSource, install_part, version_identity
     from retrieval.stages import index_stage
@@ -175,7 +175,7 @@ def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     assert all(h["external_id"] == "EXT-" + h["doc_id"] and h["title"] for h in hits)
     rel = load(vdir)  # served scores = the trained model's over the version's vectors
-    from related.segments import version_matrices
+    from docmatch.segments import version_matrices
 
     mats = version_matrices(vdir, max_segments=2)
     want = 1 / (1 + np.exp(-ltm_scores(rel.model, mats, "reg0-0", [h["doc_id"] for h in hits])))
@@ -185,7 +185,7 @@ def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
                  str(tmp_path / "data")]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["note"] == 1 and abs(row["score"] - rel.score([("reg0-0", "law0")])[0]) < 1e-9
-    from related.stage import document_matrices  # a document outside the version: the pinned encoder embeds it
+    from docmatch.stage import document_matrices  # a document outside the version: the pinned encoder embeds it
 
     (tmp_path / "more.jsonl").write_text(json.dumps({"id": "x1", "title": "某条例", "text": "第一条 根据《中华人民共和国水法》，"
                                                      "制定本条例。第二条 节约用水。" * 5}, ensure_ascii=False))
@@ -199,8 +199,8 @@ def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
 
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_cross_validation_folds_are_by_law_and_test_every_regulation_once(tiny_corpus, k):
-    from related.folds import fold_pairs, law_folds, reverse_pool
-    from related.pairs import parents
+    from docmatch.folds import fold_pairs, law_folds, reverse_pool
+    from docmatch.pairs import parents
 
     corpus = read_corpus(tiny_corpus)
     laws, pos = corpus[corpus["level"] == "法律"], parents(corpus)
@@ -227,9 +227,9 @@ def test_cross_validation_folds_are_by_law_and_test_every_regulation_once(tiny_c
 
 
 def test_sparse_bm25_matches_the_kernel_and_pair_stripping_removes_only_the_other_title(tiny_corpus):
-    from related.baselines import BigramBM25, SparseBM25, pair_stripped_scores
-    from related.pairs import strip_other
-    from related.ranking import set_metrics
+    from docmatch.baselines import BigramBM25, SparseBM25, pair_stripped_scores
+    from docmatch.pairs import strip_other
+    from docmatch.ranking import set_metrics
 
     corpus = read_corpus(tiny_corpus)
     texts, titles = dict(zip(corpus["id"], corpus["text"])), dict(zip(corpus["id"], corpus["title"]))

@@ -15,7 +15,7 @@ CHUNKS = dict(max_chars=120, overlap=30)
 
 def test_the_index_stage_pins_a_related_model_trained_on_the_default_pairs(tmp_path):
     from answers.stages import index_publish_stage
-    from related import load
+    from docmatch import load
     from retrieval.chunks import ChunkConfig
     from retrieval.parts import version_identity
     from tests.retrieval_builders import policy_docs, save_tiny_bert, write_clean

@@ -65,10 +65,10 @@ def install_related(vdir: Path, model_file: Path) -> dict:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """``data`` with ``index/v1`` holding a trained ``related`` part; the model file; the segmenter."""
-    from related.ltm import LTMConfig
-    from related.pairs import PairConfig, derive_pairs, read_corpus, write_pairs
-    from related.stage import build_related_part
-    from related.train import TrainConfig
+    from docmatch.ltm import LTMConfig
+    from docmatch.pairs import PairConfig, derive_pairs, read_corpus, write_pairs
+    from docmatch.stage import build_related_part
+    from docmatch.train import TrainConfig
     from retrieval.sparse import make_tokenizer
 
     root = tmp_path_factory.mktemp("relweb")
@@ -97,7 +97,7 @@ def _pairs(rows) -> list[tuple[str, float]]:
 
 
 def test_api_ranks_as_the_versions_model_and_refuses_bad_input(site):
-    from related import load
+    from docmatch import load
 
     c = _client(site["data"])
     rel = load(site["vdir"])
@@ -146,7 +146,7 @@ def test_warm_related_lookup_is_fast(site):
 def test_switch_rollback_and_rebuilt_part_serve_their_own_model(site, tmp_path):
     import torch
 
-    from related.ltm import LTMB, load_file, save
+    from docmatch.ltm import LTMB, load_file, save
     from retrieval.versions import rollback
 
     data = tmp_path / "data"
@@ -172,7 +172,7 @@ def test_switch_rollback_and_rebuilt_part_serve_their_own_model(site, tmp_path):
     save(LTMB(saved.model.cfg), other, saved.info)
     install_related(data / "index" / "v1", other)
     after = c.get("/related", params={"doc_id": "law2"}).json()["related"]
-    from related import load
+    from docmatch import load
 
     assert _pairs(after) == _pairs(load(data / "index" / "v1").related("law2", 10)) and _pairs(after) != _pairs(before)
 
@@ -227,7 +227,7 @@ def test_page_in_chromium_shows_related_policies_beside_the_source(tmp_path):
 
     from ops.answer_page import ask_in_browser, served
     from ops.ui_check import UICheckError, find_chromium
-    from related.ltm import LTMB, LTMConfig, save
+    from docmatch.ltm import LTMB, LTMConfig, save
     from retrieval.parts import version_identity
     from retrieval.sparse import make_tokenizer
     from tests.answer_builders import build_data_dir

@@ -1,11 +1,11 @@
 """Cross-validation by law for the related-documents evaluation (SPEC §12: split by law, no law on both sides).
 
 Every law of the corpus gets one of ``k`` folds (:func:`law_folds`): the laws that have title-pattern
-regulations (:func:`related.pairs.parents`) are dealt, in a seeded order and largest first, to the fold with the
+regulations (:func:`docmatch.pairs.parents`) are dealt, in a seeded order and largest first, to the fold with the
 fewest regulations so far (folds of near-equal query counts); the other laws round-robin. A regulation follows
 its parent law. Fold ``f`` (:func:`fold_pairs`) tests the regulations of fold ``f``'s laws; the other folds'
 laws are split train / dev (a seeded ``dev`` share of them, dev carved from the training folds), with
-negatives drawn as :func:`related.pairs.derive_pairs` draws them (same category, then same level) from the
+negatives drawn as :func:`docmatch.pairs.derive_pairs` draws them (same category, then same level) from the
 pair's own split only. Over the ``k`` folds every regulation is a test query exactly once.
 
 The reverse direction's pool (:func:`reverse_pool`): every title-pattern regulation plus the first ``n`` of a
@@ -18,7 +18,7 @@ import random
 
 import pandas as pd
 
-from related.pairs import LAW_LEVEL, PairConfig, parents
+from docmatch.pairs import LAW_LEVEL, PairConfig, parents
 
 REGULATION_LEVELS = ("地方性法规", "行政法规", "部门规章")
 

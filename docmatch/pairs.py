@@ -17,7 +17,7 @@ every ``《…》`` title and every bare title (full and without ``中华人民�
 so a document's text, its segments and their embeddings are the same whichever document it is matched with,
 and no pair can be told apart by its own title mention.
 
-CLI: ``python -m related.pairs --corpus FILE --out PAIRS.jsonl [--seed 13] [--level-negatives 3]
+CLI: ``python -m docmatch.pairs --corpus FILE --out PAIRS.jsonl [--seed 13] [--level-negatives 3]
 [--category-negatives 3]`` prints the counts as one JSON line.
 """
 from __future__ import annotations
@@ -225,7 +225,7 @@ def load_texts(corpus: pd.DataFrame, ids=None) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m related.pairs", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m docmatch.pairs", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=PairConfig.seed)

@@ -1,18 +1,18 @@
 """Related-document evaluation (SPEC §12): baselines and LTM-B (with its ablations) in one run.
 
 Each held-out (``test``) positive pair's query ``a`` ranks its ``b`` among a candidate pool (for LawRefBook:
-ALL laws of the corpus); recall@1 and MRR (:mod:`related.ranking`). Rows: ``truncation``, ``mean`` (cosine of
+ALL laws of the corpus); recall@1 and MRR (:mod:`docmatch.ranking`). Rows: ``truncation``, ``mean`` (cosine of
 the first / mean segment vectors), ``bm25`` (bigram BM25 of the text of the same first segments LTM-B sees:
 every system reads the same text; over the whole texts BM25 is perfect on this data, docs/related.md), then per
 seed LTM-B scoring every candidate (``ltm-b``), LTM-B re-ranking the best cheap baseline's top ``rerank_k``
 (``ltm-b@rerank``), and the ablations (``-positions``, ``-transformer``, ``cosine``).
 
-With ``--folds K`` the measurement is cross-validated by law instead (:func:`related.crossval.run_cv`): every
+With ``--folds K`` the measurement is cross-validated by law instead (:func:`docmatch.crossval.run_cv`): every
 title-pattern regulation a test query once per seed, both directions (a regulation -> its law among all laws;
 a law -> its regulations among a capped regulation pool of ``--reverse-others`` non-pattern regulations plus
 all pattern ones), baselines including whole-text BM25 with SPEC §12's pair-specific stripping; no pair file.
 
-CLI: ``python -m related.evaluate --corpus FILE (--pairs FILE | --folds K) --encoder CKPT --cache DIR
+CLI: ``python -m docmatch.evaluate --corpus FILE (--pairs FILE | --folds K) --encoder CKPT --cache DIR
 [--max-segments 1] [--seeds 13 14 15] [--reverse-others 600] [--out FILE.json]``.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
-from related.baselines import BigramBM25, cosine_scores
-from related.ltm import LTMConfig
-from related.ranking import rank_metrics, rerank
-from related.train import TrainConfig, ltm_scores, train_ltm
+from docmatch.baselines import BigramBM25, cosine_scores
+from docmatch.ltm import LTMConfig
+from docmatch.ranking import rank_metrics, rerank
+from docmatch.train import TrainConfig, ltm_scores, train_ltm
 
 ABLATIONS = {"ltm-b": {}, "ltm-b -positions": {"positions": False},
              "ltm-b -transformer": {"transformer": False}, "ltm-b cosine": {"interaction": "cosine"}}
@@ -92,11 +92,11 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def run(corpus_path, pairs_path, encoder_dir, cache_dir, setup: EvalSetup = EvalSetup(),
         tcfg: TrainConfig = TrainConfig(), log=print) -> dict:
-    """The whole measurement on LawRefBook-shaped data: pairs (:func:`related.pairs.read_pairs`), stripped
-    texts, matrices (:func:`related.segments.encoder_cache`, first ``setup.max_segments`` segments), the
+    """The whole measurement on LawRefBook-shaped data: pairs (:func:`docmatch.pairs.read_pairs`), stripped
+    texts, matrices (:func:`docmatch.segments.encoder_cache`, first ``setup.max_segments`` segments), the
     candidate pool = every law of the corpus. Returns ``{"rows", "summary", "embedding", "setup"}``."""
-    from related.pairs import LAW_LEVEL, load_texts, read_corpus, read_pairs
-    from related.segments import encoder_cache, segments
+    from docmatch.pairs import LAW_LEVEL, load_texts, read_corpus, read_pairs
+    from docmatch.segments import encoder_cache, segments
 
     corpus, pairs = read_corpus(corpus_path), read_pairs(pairs_path)
     cands = sorted(corpus.loc[corpus["level"] == LAW_LEVEL, "id"])
@@ -119,7 +119,7 @@ def run(corpus_path, pairs_path, encoder_dir, cache_dir, setup: EvalSetup = Eval
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m related.evaluate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m docmatch.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", required=True)
     p.add_argument("--pairs", help="pair file (the fixed-split measurement)")
     p.add_argument("--folds", type=int, help="cross-validate by law with K folds instead of a pair file")
@@ -151,7 +151,7 @@ def _run(a) -> dict:
     """The fixed-split run (``--pairs``) or the cross-validated one (``--folds``) for parsed arguments ``a``."""
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if a.folds is not None:
-        from related.crossval import CVSetup, run_cv
+        from docmatch.crossval import CVSetup, run_cv
 
         return run_cv(a.corpus, a.encoder, a.cache, CVSetup(folds=a.folds, seeds=tuple(a.seeds),
                                                             max_segments=a.max_segments,

@@ -1,8 +1,8 @@
 """Serving related documents from an index version (SPEC §12, §7): the ``related`` part (an LTM-B model file,
-:mod:`related.ltm`) scores a document of the version against every other one.
+:mod:`docmatch.ltm`) scores a document of the version against every other one.
 
-At load every document's matrix (its chunks' stored vectors in order, :func:`related.segments.version_matrices`)
-is encoded once by the model (:meth:`related.ltm.LTMB.encode`), so an answer runs only the interaction and the
+At load every document's matrix (its chunks' stored vectors in order, :func:`docmatch.segments.version_matrices`)
+is encoded once by the model (:meth:`docmatch.ltm.LTMB.encode`), so an answer runs only the interaction and the
 head: one document against all others in one batch.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from related.ltm import from_json, mean_cosine, pad
-from related.segments import version_matrices
+from docmatch.ltm import from_json, mean_cosine, pad
+from docmatch.segments import version_matrices
 
 PART = "related"
 PART_FILE = "related.json"

@@ -1,6 +1,6 @@
 """LTM-B, the long-text matching model of SPEC §12, over precomputed segment vectors (torch).
 
-Each document is a matrix, one row a segment vector in document order (:mod:`related.segments`), padded to the
+Each document is a matrix, one row a segment vector in document order (:mod:`docmatch.segments`), padded to the
 batch's longest with a mask. Per document: a linear map to ``hidden`` (+ LayerNorm), a BiLSTM over the rows whose
 outputs (the position matrix) are ADDED to the rows, and a small Transformer encoder. The two documents then
 interact: each row attends over the other document's rows (cross-attention, scaled dot product), the features

@@ -2,16 +2,16 @@
 
 - Forward: every title-pattern regulation (LawRefBook: 163) ranks its parent among ALL laws (317); recall@1,
   MRR. Reverse: every parent law ranks its implementing regulations among a capped pool of regulations
-  (:func:`related.folds.reverse_pool`); recall@10, MRR, MAP.
-- Folds by law (:mod:`related.folds`): per seed, ``k`` folds; LTM-B is trained on the other folds (dev carved
+  (:func:`docmatch.folds.reverse_pool`); recall@10, MRR, MAP.
+- Folds by law (:mod:`docmatch.folds`): per seed, ``k`` folds; LTM-B is trained on the other folds (dev carved
   from them) and scores its fold's queries only, so every query is scored once per seed by a model that never
   saw its law. Figures pool all queries of all folds; LTM-B rows are mean ± std over seeds.
-- Baselines score every query (untrained; BM25 is :class:`related.baselines.SparseBM25`, the project kernel's
+- Baselines score every query (untrained; BM25 is :class:`docmatch.baselines.SparseBM25`, the project kernel's
   formula as one sparse product): ``truncation`` / ``mean`` (cosine of first / mean segment
   vectors), ``bm25`` (char bigrams of the first segments LTM-B sees), and BM25 over the WHOLE texts with the
   two strippings: ``bm25 whole, pair-stripped`` (SPEC §12: only what names the other document of the pair is
-  removed, :func:`related.baselines.pair_stripped_scores`; the default) and ``bm25 whole, all titles
-  stripped`` (every law title removed from every text, :func:`related.pairs.load_texts`, as the segment
+  removed, :func:`docmatch.baselines.pair_stripped_scores`; the default) and ``bm25 whole, all titles
+  stripped`` (every law title removed from every text, :func:`docmatch.pairs.load_texts`, as the segment
   vectors are embedded: one text and one cached embedding per document).
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import pandas as pd
 
-from related.baselines import SparseBM25, cosine_scores, pair_stripped_scores
-from related.ltm import LTMConfig
-from related.ranking import rank_metrics, rerank, set_metrics
-from related.train import TrainConfig, ltm_scores, train_ltm
+from docmatch.baselines import SparseBM25, cosine_scores, pair_stripped_scores
+from docmatch.ltm import LTMConfig
+from docmatch.ranking import rank_metrics, rerank, set_metrics
+from docmatch.train import TrainConfig, ltm_scores, train_ltm
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ def fold_rows(corpus, mats, folds: dict, seed: int, setup: CVSetup, fwd: tuple, 
     """LTM-B (scoring all / re-ranking) per fold for one seed, pooled over folds: one row per system with
     the forward and reverse metrics. ``fwd`` / ``rev``: ``(candidates, queries, first-stage scorer)``;
     forward queries a DataFrame ``a, b``, reverse a dict law -> set of regulation ids."""
-    from related.folds import fold_pairs
-    from related.pairs import PairConfig
+    from docmatch.folds import fold_pairs
+    from docmatch.pairs import PairConfig
 
     dim = next(iter(mats.values())).shape[1]
     cfg, parts = LTMConfig(dim=dim, max_segments=setup.max_segments), {}
@@ -123,11 +123,11 @@ def run_cv(corpus_path, encoder_dir, cache_dir, setup: CVSetup = CVSetup(), tcfg
     ``{"rows", "summary", "embedding", "setup", "pool", ...}``.
 
     Raises:
-        ValueError: too many folds, or a document with no text (:mod:`related.folds`, :mod:`related.segments`).
+        ValueError: too many folds, or a document with no text (:mod:`docmatch.folds`, :mod:`docmatch.segments`).
     """
-    from related.folds import law_folds, reverse_pool
-    from related.pairs import LAW_LEVEL, load_texts, parents, read_corpus
-    from related.segments import encoder_cache, segments
+    from docmatch.folds import law_folds, reverse_pool
+    from docmatch.pairs import LAW_LEVEL, load_texts, parents, read_corpus
+    from docmatch.segments import encoder_cache, segments
 
     corpus = read_corpus(corpus_path)
     laws, pos = corpus[corpus["level"] == LAW_LEVEL], parents(corpus)

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from related.ltm import LTMB, LTMConfig, pad
-from related.ranking import rank_metrics
+from docmatch.ltm import LTMB, LTMConfig, pad
+from docmatch.ranking import rank_metrics
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 version's own document matrices, plus documents outside the version (a corpus file) embedded with the version's
 pinned encoder and chunked as the version chunks.
 
-The part is one JSON file (``related.json``, :mod:`related.ltm`) whose ``info.provenance`` names the version's
+The part is one JSON file (``related.json``, :mod:`docmatch.ltm`) whose ``info.provenance`` names the version's
 encoder (``encoder_model_id``) and segmenter. The index stage trains it on the staged version as a
 :class:`retrieval.parts.FittedPart` (:func:`related_part`); :func:`build_related_part` is the training itself.
 """
@@ -13,13 +13,13 @@ import json
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from related.ltm import LTMConfig, save
-from related.pairs import PairConfig, read_pairs, split_laws
-from related.ranking import rank_metrics
-from related.serve import PART_FILE
-from related.train import TrainConfig, ltm_scores, train_ltm
+from docmatch.ltm import LTMConfig, save
+from docmatch.pairs import PairConfig, read_pairs, split_laws
+from docmatch.ranking import rank_metrics
+from docmatch.serve import PART_FILE
+from docmatch.train import TrainConfig, ltm_scores, train_ltm
 
-PAIRS_FORMAT = 1  # bump when related.pairs derives pairs differently: cached default pair files are then rebuilt
+PAIRS_FORMAT = 1  # bump when docmatch.pairs derives pairs differently: cached default pair files are then rebuilt
 
 
 def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
@@ -38,14 +38,14 @@ def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
 def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache_dir=None,
                       max_segments: int = 2) -> tuple[dict, dict]:
     """(id -> matrix, embedding figures): the version's own vectors for its documents, the others from
-    ``corpus`` (:func:`related.pairs.read_corpus` file; stripped texts) embedded by a
-    :class:`related.segments.SegmentCache` over the pinned encoder (``cache_dir``).
+    ``corpus`` (:func:`docmatch.pairs.read_corpus` file; stripped texts) embedded by a
+    :class:`docmatch.segments.SegmentCache` over the pinned encoder (``cache_dir``).
 
     Raises:
         ValueError: ids neither in the version nor in ``corpus``.
     """
-    from related.pairs import load_texts, read_corpus
-    from related.segments import encoder_cache, version_matrices
+    from docmatch.pairs import load_texts, read_corpus
+    from docmatch.segments import encoder_cache, version_matrices
     from retrieval.chunks import ChunkConfig
 
     _, inside = version_docs(version_dir)
@@ -68,7 +68,7 @@ def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache
 def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=None, candidates=None,
                        cfg: LTMConfig = LTMConfig(max_segments=2), tcfg: TrainConfig = TrainConfig(),
                        log=print) -> dict:
-    """Train LTM-B on ``pairs_file`` (:func:`related.pairs.read_pairs`; without a ``split`` column the pairs
+    """Train LTM-B on ``pairs_file`` (:func:`docmatch.pairs.read_pairs`; without a ``split`` column the pairs
     are split by their ``b`` document, seeded) over the version in ``version_dir`` and write
     ``out_dir/related.json``. ``candidates``: the pool test queries are ranked in (default: every ``b``).
 
@@ -105,13 +105,13 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
 
 
 def default_pairs(corpus, out_file, cfg: PairConfig = PairConfig()) -> Path:
-    """The default pair set (the corpus's title-pattern pairs, :func:`related.pairs.derive_pairs`) written to
+    """The default pair set (the corpus's title-pattern pairs, :func:`docmatch.pairs.derive_pairs`) written to
     ``out_file`` once per corpus content (an existing file is reused: its name carries the corpus's sha256).
 
     Raises:
         FileNotFoundError: no ``corpus``. ValueError: the corpus has no regulation implementing a law.
     """
-    from related.pairs import derive_pairs, read_corpus, write_pairs
+    from docmatch.pairs import derive_pairs, read_corpus, write_pairs
 
     out = Path(out_file)
     if not out.is_file():

@@ -102,9 +102,9 @@ def pair_stripped_scores(bm: SparseBM25, query: str, query_title: str, cands: Se
                          titles: dict, raw: dict | None = None) -> np.ndarray:
     """BM25 (n,) of ``query`` (its raw text) against ``cands`` (ids; ``bm`` indexes their raw ``texts`` in
     this order) with SPEC §12's pair-specific stripping: for each pair, the query without what names that
-    candidate (:func:`related.pairs.strip_other` with ``titles[c]``) and the candidate without what names the
+    candidate (:func:`docmatch.pairs.strip_other` with ``titles[c]``) and the candidate without what names the
     query (``query_title``); only pairs where something was stripped are rescored."""
-    from related.pairs import strip_other
+    from docmatch.pairs import strip_other
 
     s = bm.scores(query)
     for i, c in enumerate(cands):
