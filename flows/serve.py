@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from answers.related_view import RelatedViews
 
     related = RelatedViews(args.data_dir)  # the version's related-policies model (SPEC §12), loaded at start-up
-    threading.Thread(target=docmatch.warm, name="warm-related", daemon=True).start()
+    threading.Thread(target=related.warm, name="warm-related", daemon=True).start()
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
