@@ -143,14 +143,16 @@ def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None) -> l
 
 
 def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None,
-            cache=None) -> Prepared:
+            cache=None, reranker=None) -> Prepared:
     """Retrieve, group, split and featurise one question, checked by the caller (:func:`check_question`:
     :meth:`Answerer.answer`; fitting passes its question set's questions stripped and lets the search refuse a
     bad one). The question is segmented once, here (:class:`~answers.features.Question`), and its tokens
     given to the search's BM25 side. ``extra_doc``: a document added after the retrieved
     ones when missing (training: the gold document), with no hits. ``cache``: a
     :class:`~answers.doc_cache.DocumentCache` for the question-free part of each document (features are the
-    same with or without it)."""
+    same with or without it). ``reranker``: the version's answer cross-encoder (``backend.answer_reranker``)
+    when the scorer reads its sentence scores: the span matrix then ends with
+    :data:`answers.rerank_features.CE_FEATURES` (the focus sentences of :func:`focus_sentences` scored)."""
     q = Question.of(question, backend.tokenize)
     groups = _groups(q, backend, cfg, extra_doc)
     texts = [_text_of(g.doc_id, store) for g in groups]
@@ -166,6 +168,11 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     best = np.asarray([float(d.bm.max()) if len(d.sentences) else 0.0 for d in docs])
     best_all = max(best.tolist()) if len(best) else 0.0
     span_x = span_matrix(q, docs, best_all, cfg.search_k)
+    if reranker is not None:
+        from answers.rerank_features import ce_matrix, sentence_scores
+
+        scores = sentence_scores(question, docs, reranker.score, cfg.focus_sentences or 3, cfg.focus_after)
+        span_x = np.hstack([span_x, ce_matrix(docs, scores)])
     span_doc = np.concatenate([np.full(len(d.spans), g, dtype=int) for g, d in enumerate(docs)] or [np.zeros(0, int)])
     return Prepared(question, docs, doc_features(docs, q, best), span_x, span_doc, [sp for d in docs for sp in d.spans])
 
@@ -346,10 +353,18 @@ class Answerer:
         import time
 
         t = time.perf_counter()
+        from answers.scorer import reads_reranker
+
         q = check_question(question, k, self.cfg)
         backend = self.backend()
         scorer = self.scorer(backend)
-        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache)
+        reranker = backend.answer_reranker if reads_reranker(scorer) else None
+        if reads_reranker(scorer) and reranker is None:
+            from answers.scorer import ScorerMissingError
+
+            raise ScorerMissingError(f"the answer scorer reads an answer cross-encoder's scores, but index "
+                                     f"{backend.version} holds none (answer_reranker)")
+        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reranker)
         answers = rank_answers(prep, scorer, k, self.cfg.passage_chars)
         return {"question": q, "answers": answers,
                 "found": bool(answers) and answers[0]["score"] >= scorer.threshold,

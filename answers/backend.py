@@ -1,6 +1,7 @@
 """The one place the answer stage touches the retrieval package (SPEC §7, §9): a loaded index version
 (:class:`retrieval.bundle.ServingBundle`) seen as what answers need — its hybrid search, its pinned encoder, the
-segmenter of its BM25 side, its documents' texts and its answer scorer.
+segmenter of its BM25 side, its documents' texts, its answer scorer and the answer cross-encoder that scorer
+may read.
 
 Everything the answers need from an index version goes through :class:`SearchBackend`, so a change inside
 ``retrieval/`` meets this module alone.
@@ -15,7 +16,7 @@ import numpy as np
 
 from retrieval.bundle import load_bundle
 from retrieval.hits import SearchHit
-from retrieval.parts import ANSWER_SCORER, PartError
+from retrieval.parts import ANSWER_RERANKER, ANSWER_SCORER, PartError, part_path
 
 
 
@@ -58,14 +59,38 @@ class SearchBackend:
             answers.scorer.ScorerMissingError: the version has none (refused at publication: the reason), or
                 its file changed since publication.
             ValueError: the file is not a scorer of this code's features."""
-        from answers.scorer import ScorerMissingError, parse_scorer
+        from answers.scorer import ScorerMissingError, parse_scorer, reads_reranker
 
         try:
             text = self.bundle.part_text(ANSWER_SCORER)
         except PartError as exc:
             raise ScorerMissingError(f"{exc}; fit one on a question set: python -m flows.answer_eval "
                                      "--data-dir DATA (docs/answers.md)") from None
-        return parse_scorer(text, f"the answer scorer of index {self.version}")
+        scorer = parse_scorer(text, f"the answer scorer of index {self.version}")
+        if reads_reranker(scorer):
+            want = (scorer.info.get("provenance") or {}).get("answer_reranker")
+            have = ((self.bundle.manifest.get("parts") or {}).get(ANSWER_RERANKER) or {}).get("sha256")
+            if not want or want != have:
+                raise ScorerMissingError(f"the answer scorer of index {self.version} reads the scores of answer "
+                                         f"cross-encoder {str(want)[:12]}, which the version does not hold (it "
+                                         f"holds {str(have)[:12] if have else 'none'}): publish the scorer with "
+                                         "its cross-encoder (answer_reranker) or fit it again")
+        return scorer
+
+    @cached_property
+    def answer_reranker(self):
+        """The version's answer cross-encoder (:class:`retrieval.cross_encoder.CrossEncoder` on its pinned
+        encoder, :mod:`answers.rerank_features`), or None when it was published without one.
+
+        Raises:
+            PartError: the part or its weights changed since publication.
+            retrieval.cross_encoder.CrossEncoderMismatchError: trained on another encoder."""
+        from retrieval.cross_encoder import load_cross_encoder
+
+        if not self.bundle.has_part(ANSWER_RERANKER):
+            return None
+        return load_cross_encoder(part_path(self.bundle.folder, self.bundle.manifest, ANSWER_RERANKER),
+                                  self._retriever.dense.encoder, self.model_id)
 
     def search(self, question: str, k: int, mode: str = "hybrid",
                tokens: Sequence[str] | None = None) -> list[SearchHit]:

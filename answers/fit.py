@@ -18,19 +18,20 @@ from answers.scorer import AnswerScorer, LinearModel, TreeModel
 
 
 def build_examples(questions, backend, store, cfg: AnswerConfig = AnswerConfig(), with_gold_doc: bool = True,
-                   log: Callable[[str], None] = print) -> list[tuple]:
+                   log: Callable[[str], None] = print, reranker=None) -> list[tuple]:
     """(row, Prepared) per question row (a namespace with question, doc_id, gold_start, gold_end, answer); the gold
     document is added to the candidates when retrieval missed it and ``with_gold_doc``. For fitting, pass a
     ``cfg`` with ``focus_sentences=0``: the ranker then learns from every span of a document (fitted on the
     cascade's focus alone it ranked worse: NCPQA 5-fold top-1 char-F1 0.422 against 0.439), and ranks the focus
-    at serving time as it ranks everything (the same 5-fold figures)."""
+    at serving time as it ranks everything (the same 5-fold figures). ``reranker``: an answer cross-encoder whose
+    sentence scores end the span matrices (:mod:`answers.rerank_features`; see :func:`answers.answer.prepare`)."""
     from types import SimpleNamespace
 
     out = []
     for n, r in enumerate((SimpleNamespace(**rec) for rec in questions.to_dict("records")), 1):
         extra = r.doc_id if with_gold_doc and isinstance(r.doc_id, str) else None
         out.append((r, prepare(r.question.strip(), backend, store, cfg, extra_doc=extra,
-                                cache=getattr(backend, "doc_cache", None))))
+                                cache=getattr(backend, "doc_cache", None), reranker=reranker)))
         if n % 100 == 0:
             log(f"  prepared {n}/{len(questions)} questions")
     return out
@@ -39,9 +40,10 @@ def build_examples(questions, backend, store, cfg: AnswerConfig = AnswerConfig()
 def fitting_examples(questions, backend, store, log: Callable[[str], None] = print) -> list[tuple]:
     """The fitting examples of ``questions`` (:func:`build_examples`): every span of a document
     (``focus_sentences=0``; serving scores the cascade's focus), the gold document added when retrieval missed
-    it."""
+    it, with the sentence scores of the version's answer cross-encoder when it has one
+    (``backend.answer_reranker``)."""
     return build_examples(questions, backend, store, replace(AnswerConfig(), focus_sentences=0),
-                          with_gold_doc=True, log=log)
+                          with_gold_doc=True, log=log, reranker=getattr(backend, "answer_reranker", None))
 
 
 def fit_on_questions(backend, path: str | os.PathLike, duplicates: dict[str, str] | None = None,
@@ -75,9 +77,11 @@ def fit_on_questions(backend, path: str | os.PathLike, duplicates: dict[str, str
                "sha256": file_sha256(path)}
     log(f"fitting the answer scorer on {len(usable)} questions of {path} ({figures['skipped_not_in_index']} "
         f"skipped: document not in index {backend.version})")
-    prov = provenance(backend.model_id, version_identity(backend.bundle.manifest)["segmenter"],
+    ident = version_identity(backend.bundle.manifest)
+    prov = provenance(backend.model_id, ident["segmenter"],
                       f"{len(usable)} questions (NCPQA format) of {Path(path).name} on "
-                      f"{int(usable['doc_id'].nunique())} documents of index {backend.version}")
+                      f"{int(usable['doc_id'].nunique())} documents of index {backend.version}",
+                      ident.get("answer_reranker") if getattr(backend, "answer_reranker", None) is not None else None)
     examples = fitting_examples(usable, backend, backend.store, log)
     try:
         scorer = fit_scorer(examples, info={"index_version": backend.version, "model_id": backend.model_id,
@@ -178,20 +182,36 @@ def _fit_models(examples: list[tuple], model: str, c: float, grades: int):
                 sy.append(span_target(prep, g, row)[order])
     if not sum(dy) or not len(sx):
         raise ValueError("no training question has its document retrieved: nothing to learn")
+    names = span_names(sx[0].shape[1])
     if model == "linear":
         return (LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c),
-                LinearModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), c), {})
+                LinearModel.fit(names, np.vstack(sx), np.concatenate(sy), c), {})
     doc = TreeModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), classifier=True)
     if model == "trees":
-        span = TreeModel.fit(SPAN_FEATURES, np.vstack(sx), np.concatenate(sy), classifier=False)
+        span = TreeModel.fit(names, np.vstack(sx), np.concatenate(sy), classifier=False)
     else:
         keep = [i for i, y in enumerate(sy) if y.max() > 0]
         if not keep:
             raise ValueError("no candidate span overlaps a gold span: nothing to rank")
-        span = TreeModel.fit_ranker(SPAN_FEATURES, np.vstack([sx[i] for i in keep]),
+        span = TreeModel.fit_ranker(names, np.vstack([sx[i] for i in keep]),
                                     np.concatenate([np.rint(sy[i] * grades) for i in keep]),
                                     [len(sy[i]) for i in keep])
     return doc, span, {"doc_rows": len(dy), "doc_positives": int(sum(dy)), "span_rows": int(sum(map(len, sy)))}
+
+
+def span_names(width: int) -> tuple[str, ...]:
+    """The span features of a span matrix ``width`` columns wide: :data:`answers.features.SPAN_FEATURES`, then
+    :data:`answers.rerank_features.CE_FEATURES` when the answer cross-encoder's scores were appended.
+
+    Raises:
+        ValueError: any other width."""
+    from answers.rerank_features import CE_FEATURES
+
+    for names in (SPAN_FEATURES, SPAN_FEATURES + CE_FEATURES):
+        if width == len(names):
+            return names
+    raise ValueError(f"a span matrix of {width} columns: expected {len(SPAN_FEATURES)} or "
+                     f"{len(SPAN_FEATURES) + len(CE_FEATURES)} (with the answer cross-encoder's)")
 
 
 def _text_order(prep, g: int) -> np.ndarray:

@@ -342,26 +342,42 @@ def parse_scorer(text: str, where: str = "answer scorer") -> AnswerScorer:
         raise ValueError(f"{where} is not a readable answer scorer of this code ({str(exc)[:200]}): fit it again") from None
 
 
-def provenance(encoder_model_id: str | None, segmenter: str | None, fitted_on: str) -> dict:
+def provenance(encoder_model_id: str | None, segmenter: str | None, fitted_on: str,
+               answer_reranker: str | None = None) -> dict:
     """What a scorer's figures depend on, stored as ``info.provenance`` and checked when an index version
     installs it (:func:`retrieval.parts.install_part`): the pinned encoder's content id and the BM25
-    segmenter (``backend:model_id``) of the index it was fitted over, the feature names, and what it was
-    fitted on (a free text: data set, questions)."""
+    segmenter (``backend:model_id``) of the index it was fitted over, the feature names, what it was fitted on
+    (a free text: data set, questions) and, for a scorer fitted on the answer cross-encoder's sentence scores
+    (:mod:`answers.rerank_features`), ``answer_reranker``: the sha256 of that cross-encoder's part."""
     from answers.features import DOC_FEATURES, SPAN_FEATURES
+    from answers.rerank_features import CE_FEATURES
 
+    extra = {"answer_reranker": answer_reranker} if answer_reranker else {}
     return {"encoder_model_id": encoder_model_id, "segmenter": segmenter, "fitted_on": fitted_on,
-            "doc_features": list(DOC_FEATURES), "span_features": list(SPAN_FEATURES)}
+            "doc_features": list(DOC_FEATURES),
+            "span_features": list(SPAN_FEATURES + (CE_FEATURES if answer_reranker else ())), **extra}
+
+
+def reads_reranker(scorer: AnswerScorer) -> bool:
+    """Whether the scorer's span model reads the answer cross-encoder's features
+    (:data:`answers.rerank_features.CE_FEATURES`)."""
+    from answers.features import SPAN_FEATURES
+
+    return len(scorer.span.names) > len(SPAN_FEATURES)
 
 
 def check_features(scorer: AnswerScorer) -> AnswerScorer:
-    """``scorer`` when its models were fitted on the features :mod:`answers.features` computes now.
+    """``scorer`` when its models were fitted on the features :mod:`answers.features` computes now (the span
+    model: those, or those followed by :data:`answers.rerank_features.CE_FEATURES`).
 
     Raises:
         ValueError: a model names other features (a scorer fitted by another version of the code).
     """
     from answers.features import DOC_FEATURES, SPAN_FEATURES
+    from answers.rerank_features import CE_FEATURES
 
-    for what, model, names in (("document", scorer.doc, DOC_FEATURES), ("span", scorer.span, SPAN_FEATURES)):
+    span = SPAN_FEATURES + CE_FEATURES if len(scorer.span.names) > len(SPAN_FEATURES) else SPAN_FEATURES
+    for what, model, names in (("document", scorer.doc, DOC_FEATURES), ("span", scorer.span, span)):
         if list(model.names) != list(names):
             extra = sorted(set(names) ^ set(model.names))
             raise ValueError(f"its {what} model was fitted on other features than this code computes "

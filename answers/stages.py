@@ -49,13 +49,15 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
                         tokenizer=None, staging: str | os.PathLike | None = None,
                         parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
                         reranker: str | os.PathLike | None = None,
+                        answer_reranker: str | os.PathLike | None = None,
                         answer_questions: str | os.PathLike | None = None,
                         related_pairs: str | os.PathLike | None = None,
                         related_corpus: str | os.PathLike | None = None, related_segments: int = 1) -> dict:
     """:func:`retrieval.stages.index_publish_stage`; with ``answer_questions`` (a question file in the NCPQA
     format) the version's ``answer_scorer`` part is fitted on it over the staged version (:func:`scorer_part`;
     ``answer_scorer`` is then not installed) and the result's ``serving_parts.answer_scorer.fit`` holds the fit's
-    figures. With ``related_pairs`` (a pair file) or ``related_corpus`` (a corpus to derive the default
+    figures; ``answer_reranker`` (a cross-encoder part) is installed before that fit, which then reads its
+    sentence scores (:mod:`answers.rerank_features`). With ``related_pairs`` (a pair file) or ``related_corpus`` (a corpus to derive the default
     title-pattern pairs from) the version also gets its ``related`` part: LTM-B trained over the staged version
     (:func:`docmatch.stage.related_part`, SPEC §12; its cache under ``DATA/cache/related``).
 
@@ -80,4 +82,4 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device, sparse=sparse,
                    fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts,
                    answer_scorer=None if answer_questions else answer_scorer, reranker=reranker,
-                   fitted_parts=fitted)
+                   fitted_parts=fitted, answer_reranker=answer_reranker)

@@ -8,7 +8,7 @@ Every model: the body's first ``--layers`` layers, token embeddings frozen (250k
 would be 0.8 GB), the same train rows, steps, batch, lr, seed and max length (pieces); PolicyBERT adds one word
 layer (started from char layer 0, word rows from the mean of their pieces, as ``model.benchmark.runner``),
 ``fusion_init="identity"``. Best-by-dev (dev every steps/3), then test; printed beside the majority and
-overlap-LR baselines (:mod:`model.baselines`) fitted on the same train rows. One thread; writes ``--out`` (JSON).
+overlap-LR baselines (:mod:`model.baselines`) fitted on the same train rows. ``--threads`` (default 1); writes ``--out`` (JSON).
 """
 from __future__ import annotations
 
@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval", type=int, default=500, help="dev/test rows (seeded samples)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--out", default="fusion_bench.json")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
 
     from model.baselines import pair_baselines
     from model.features import WordMatcher
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {s: encode_pairs(df, stream, matcher, args.max_len, args.max_words, args.seed) for s, df in split.items()}
     baselines = pair_baselines(split)
     budget = {k: getattr(args, k) for k in ("layers", "steps", "batch", "lr", "max_len", "max_words", "eval", "seed")}
-    budget.update(threads=1, frozen="token embeddings", tokens="e5 pieces", train_rows=len(split["train"]))
+    budget.update(threads=args.threads, frozen="token embeddings", tokens="e5 pieces", train_rows=len(split["train"]))
     rows = []
     for k in args.models.split(","):  # the file after every model: a long run leaves what it finished
         rows.append(run(k, args, data, stream, matcher))

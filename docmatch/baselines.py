@@ -3,7 +3,9 @@
 - ``truncation``: cosine of the FIRST segment vectors only (a long document cut to the encoder's window).
 - ``mean``: cosine of the means of all segment vectors (the plain segmentation method).
 - ``bm25``: BM25 of one document's text against the candidates' texts, over character bigrams, with the
-  project's one BM25 kernel :func:`retrieval.sparse.bm25_scores` (Lucene variant; IDF over the candidates).
+  project's one BM25 formula in :mod:`retrieval.sparse` (Lucene variant; IDF over the candidates):
+  :func:`~retrieval.sparse.bm25_scores` per query (:class:`BigramBM25`) or its sparse-matrix form
+  :class:`~retrieval.sparse.BM25Matrix` (:class:`SparseBM25`).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from retrieval.sparse import bm25_scores
+from retrieval.sparse import BM25Matrix, bm25_scores
 
 MATRIX_BASELINES = ("truncation", "mean")
 
@@ -56,46 +58,21 @@ class BigramBM25:
 
 
 class SparseBM25:
-    """The same BM25 as :func:`retrieval.sparse.bm25_scores` (Lucene variant, IDF and average length over the
-    candidates ``texts``, char bigrams, each query bigram counted as often as it occurs), as one sparse
-    (n, vocab) weight matrix so a whole-text query (thousands of bigrams) costs one sparse product instead of
-    a pass over the candidates per bigram. ``scores(text)`` -> (n,) float64; ``score_one(text, doc_text)``
-    scores one replacement candidate text (e.g. stripped for this pair) with the collection's IDF and
-    average length."""
+    """BM25 over character bigrams (:func:`bigrams`) of a fixed candidate set ``texts``, scored by
+    :class:`retrieval.sparse.BM25Matrix` (the same BM25 as :func:`retrieval.sparse.bm25_scores`: Lucene
+    variant, IDF and average length over the candidates, each query bigram counted as often as it occurs), so
+    a whole-text query (thousands of bigrams) costs one sparse product. ``scores(text)`` -> (n,) float64;
+    ``score_one(text, doc_text)`` scores one replacement candidate text (e.g. stripped for this pair) with the
+    collection's IDF and average length. ``matrix`` is the :class:`~retrieval.sparse.BM25Matrix`."""
 
     def __init__(self, texts: Sequence[str], k1: float = 1.5, b: float = 0.75):
-        from scipy.sparse import csr_matrix
-
-        counts = [Counter(bigrams(t)) for t in texts]
-        self.vocab = {t: i for i, t in enumerate(sorted({t for c in counts for t in c}))}
-        lens = np.maximum(np.array([sum(c.values()) for c in counts], dtype=np.float64), 1.0)
-        self.k1, self.b, self.avg = k1, b, float(lens.mean()) if len(lens) else 1.0
-        rows = [i for i, c in enumerate(counts) for _ in c]
-        cols = [self.vocab[t] for c in counts for t in c]
-        tf = np.array([v for c in counts for v in c.values()], dtype=np.float64)
-        df = np.bincount(cols, minlength=len(self.vocab)).astype(np.float64)
-        self.idf = np.log(1 + (len(texts) - df + 0.5) / (df + 0.5))
-        w = self.idf[cols] * tf / (self._norm(lens[rows]) + tf) if len(tf) else tf
-        self.weights = csr_matrix((w, (rows, cols)), shape=(len(texts), len(self.vocab)))
-
-    def _norm(self, length):
-        return self.k1 * ((1 - self.b) + self.b * length / self.avg)
-
-    def _query(self, text: str) -> np.ndarray:
-        q = np.zeros(len(self.vocab))
-        for t, n in Counter(bigrams(text)).items():
-            if t in self.vocab:
-                q[self.vocab[t]] += n
-        return q
+        self.matrix = BM25Matrix([Counter(bigrams(t)) for t in texts], k1, b)
 
     def scores(self, text: str) -> np.ndarray:
-        return np.asarray(self.weights @ self._query(text), dtype=np.float64)
+        return self.matrix.scores(Counter(bigrams(text)))
 
     def score_one(self, text: str, doc_text: str) -> float:
-        d = Counter(bigrams(doc_text))
-        norm = self._norm(max(sum(d.values()), 1))
-        return float(sum(n * self.idf[self.vocab[t]] * d[t] / (norm + d[t])
-                         for t, n in Counter(bigrams(text)).items() if t in self.vocab and t in d))
+        return self.matrix.score_one(Counter(bigrams(text)), Counter(bigrams(doc_text)))
 
 
 def pair_stripped_scores(bm: SparseBM25, query: str, query_title: str, cands: Sequence[str], texts: dict,

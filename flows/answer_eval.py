@@ -52,7 +52,7 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
         f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "
         f"span in the cleaned text")
     tr = fit_examples(train, backend, store, log)
-    te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log)
+    te = build_examples(test, backend, store, cfg, with_gold_doc=False, log=log, reranker=backend.answer_reranker)
     return backend, store, q, tr, te
 
 
@@ -85,7 +85,9 @@ def fit_and_report(data_dir: str, backend, store, q, tr, te, seed: int, test_sha
             "index_version": backend.version, "encoder": backend.encoder_name, "model_id": backend.model_id,
             "provenance": provenance(backend.model_id, version_identity(backend.bundle.manifest)["segmenter"],
                                      f"{len(q)} questions (NCPQA format) on {int(q['ext_doc'].nunique())} "
-                                     f"documents of data dir {Path(data_dir).name}")}
+                                     f"documents of data dir {Path(data_dir).name}",
+                                     version_identity(backend.bundle.manifest).get("answer_reranker")
+                                     if backend.answer_reranker is not None else None)}
     scorer = fit_scorer(tr, info=info)
     learned, per = evaluate_scorer(te, scorer, "answers (span ranker, minimum-Bayes-risk span)")
     argmax, _ = evaluate_scorer(te, replace(scorer, mbr_temperature=0.0), "answers (span ranker, best-scored span)")
@@ -136,7 +138,8 @@ def cross_validation(backend, store, q, tr, seeds: int, log=print) -> dict:
     from answers.evaluate import cross_validate
     from answers.fit import build_examples
 
-    serve = build_examples(q[q["split"] == "train"], backend, store, AnswerConfig(), with_gold_doc=False, log=log)
+    serve = build_examples(q[q["split"] == "train"], backend, store, AnswerConfig(), with_gold_doc=False, log=log,
+                           reranker=backend.answer_reranker)
     cv = cross_validate(tr, serve, seeds=tuple(range(seeds)))
     for t, r in cv.items():
         log(f"cross-validation on the training questions ({seeds} × 5 folds by document), minimum-Bayes-risk "

@@ -97,6 +97,10 @@ class PipelineConfig:
     # the query pipeline's reranker pinned into every index version (retrieval.rerankers): a reranker JSON file,
     # relative paths from the repository root (retrieval/data/bm25-window.json ships); "" = none
     reranker: str = ""
+    # the answer stage's sentence cross-encoder pinned into every index version whose encoder it was trained on
+    # (answers.rerank_features; retrieval.cross_encoder): its part JSON (the fp16 weights beside it), relative
+    # paths from the repository root; a scorer fitted on its scores needs it; "" = none
+    answer_reranker: str = ""
     # the related-policies model pinned into every index version (SPEC §12; docmatch.stage): LTM-B trained on a pair
     # file (JSON Lines {"a", "b", "label"[, "split"]}; relative paths from the repository root) or, without one, on
     # the title-pattern pairs derived from related_corpus (its documents embedded with the version's encoder, the

@@ -147,7 +147,8 @@ def model_stages(run: Run) -> dict:
 
 def serving_part_files(run: Run) -> None:
     """Give the index stage the files of its serving parts as inputs (their content enters its cache key),
-    relative paths resolved from the repository root: ``answer_scorer`` and ``reranker`` (installed) or, with
+    relative paths resolved from the repository root: ``answer_reranker``, ``answer_scorer`` and ``reranker``
+    (installed) or, with
     ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`),
     and the pair file or corpus the related-policies model trains on (:func:`docmatch.stage.related_part`; a
     missing default corpus publishes without that part, said on the console).
@@ -157,7 +158,7 @@ def serving_part_files(run: Run) -> None:
         ValueError: the index stage's contract does not take the question set.
     """
     repo = Path(__file__).resolve().parent.parent
-    names = ("answer_questions", "reranker") if run.cfg.answer_questions else ("answer_scorer", "reranker")
+    names = ("answer_questions" if run.cfg.answer_questions else "answer_scorer", "reranker", "answer_reranker")
     for part in (*names, "related_pairs", "related_corpus"):
         if getattr(run.cfg, part) and not run.inputs.get(part):
             run.inputs[part] = str(repo / getattr(run.cfg, part))

@@ -4,11 +4,14 @@ no Prefect:
     python -m flows.train_reranker --data-dir DATA_NCPQA [--version v3] [--qa ../shared/qa]
         [--corpus ../shared/corpus/policy_docs.csv] [--layers 4 --max-len 192] [--init DIR]
         [--steps 120 --batch 4 --negatives 7 --max-seconds 600] [--threads 1] [--out DIR]
+        [--sources ncpqa,ncpqa-sentence,lecoqa,mined] [--weights-file answer-reranker.safetensors]
 
 Training groups (:mod:`retrieval.rerank_data`): NCPQA questions of the answer evaluation's training documents
 (``answers.ncpqa.split_by_document``, test share 0.3, seed 13: the same 129 held-out questions as
 docs/answers.md), LeCoQA questions outside the held-out 20 % (:func:`retrieval.rerank_data.lecoqa_split`,
-seed 13), and title/lead pairs mined from the policy corpus and the training documents; a set touching a
+seed 13), title/lead pairs mined from the policy corpus and the training documents, and (``ncpqa-sentence``,
+the answer stage's cross-encoder: :mod:`answers.rerank_features`) the same NCPQA questions → the sentence holding
+the answer against their document's other sentences; ``--sources`` keeps some of them; a set touching a
 held-out question or document is refused (:func:`retrieval.rerank_data.check_no_leak`). Writes the part
 (``reranker.json`` + ``reranker.safetensors``) into ``--out`` (default ``DATA/models/reranker-ce``) with the
 training record in its ``info``; install it into the next index version as its ``reranker`` part.
@@ -61,12 +64,19 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
 
 
 def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
-            with_groups: bool = True) -> dict:
+            with_groups: bool = True, sources: tuple[str, ...] = ()) -> dict:
     """Everything training and the bench read: ``bundle``, ``ncpqa`` / ``lecoqa`` question frames with their
     ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
-    ``train`` (groups frame, leak-checked)."""
+    ``train`` (groups frame, leak-checked; only the groups of ``sources`` when given: ``ncpqa``,
+    ``ncpqa-sentence``, ``lecoqa``, ``mined``).
+
+    Raises:
+        ValueError: a source that is not one of those (named), or a leak (:class:`retrieval.rerank_data.LeakError`).
+    """
     from retrieval.bundle import load_bundle
-    from retrieval.rerank_data import check_no_leak, lecoqa_groups, mined_groups, ncpqa_groups
+    from answers.candidates import sentence_offsets
+    from retrieval.rerank_data import (check_no_leak, lecoqa_groups, mined_groups, ncpqa_groups,
+                                       ncpqa_sentence_groups)
 
     bundle = load_bundle(Path(data_dir) / "index", version)
     r = bundle.retriever
@@ -81,11 +91,20 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k, mode="sparse"), held_docs)
     g_l = lecoqa_groups(lq[lq["split"] == "train"], pool, search_rows)
     g_m = mined_groups(mined_docs(bundle, held_docs, corpus), r.tokenize)
-    train = pd.concat([g_n, g_l, g_m], ignore_index=True)
+    g_s = ncpqa_sentence_groups(tr_n, dict(zip(bundle.texts["doc_id"], bundle.texts["text"])), r.tokenize,
+                                sentence_offsets, held_docs)
+    train = pd.concat([g_n, g_l, g_m, g_s], ignore_index=True)
+    if sources:
+        unknown = set(sources) - set(train["source"])
+        if unknown:
+            raise ValueError(f"unknown training source(s) {sorted(unknown)}; the sources are "
+                             f"{sorted(set(train['source']))}")
+        train = train[train["source"].isin(sources)].reset_index(drop=True)
     held = pd.concat([nq.loc[nq["split"] == "test", ["qid", "question"]],
                       lq.loc[lq["split"] == "test", ["qid", "question"]]], ignore_index=True)
     check_no_leak(train, held, held_docs)
-    log(f"training groups: ncpqa {len(g_n)}, lecoqa {len(g_l)}, mined {len(g_m)}; held out: ncpqa "
+    log(f"training groups: ncpqa {len(g_n)}, ncpqa-sentence {len(g_s)}, lecoqa {len(g_l)}, mined {len(g_m)}"
+        f" (kept: {train['source'].value_counts().to_dict()}); held out: ncpqa "
         f"{int((nq['split'] == 'test').sum())} questions ({len(held_docs)} documents), lecoqa "
         f"{int((lq['split'] == 'test').sum())} questions")
     return {**out, "train": train}
@@ -108,9 +127,10 @@ def run(args, log=print) -> Path:
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log)
+    sources = tuple(s for s in args.sources.split(",") if s) if args.sources else ()
+    sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources)
     b = sets["bundle"]
-    cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len)
+    cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2))
     ce = CrossEncoder.from_encoder(b.retriever.encoder, b.model_id, cfg, init=args.init)
     tcfg = TrainConfig(steps=args.steps, batch=args.batch, negatives=args.negatives, max_seconds=args.max_seconds,
                        lr=args.lr, max_len=args.train_max_len)
@@ -120,7 +140,7 @@ def run(args, log=print) -> Path:
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
                "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
                "prepare_seconds": round(time.perf_counter() - t0 - stats["seconds"], 1)}
-    out = ce.save(args.out or Path(args.data_dir) / "models" / "reranker-ce")
+    out = ce.save(args.out or Path(args.data_dir) / "models" / "reranker-ce", args.weights_file)
     log(f"cross-encoder part: {out} ({stats})")
     return out
 
@@ -141,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--train-max-len", type=int, default=None, help="tokens of a training pair (default --max-len)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sources", default="ncpqa,lecoqa,mined",
+                    help="comma-separated training sources: ncpqa, lecoqa, mined (the search's reranker, the "
+                         "default) or ncpqa-sentence (the answer stage's sentence cross-encoder)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--weights-file", default="reranker.safetensors",
+                    help="the weights' file name (answer-reranker.safetensors for the answer stage's part)")
     args = ap.parse_args(argv)
     try:
         run(args)

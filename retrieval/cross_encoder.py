@@ -265,16 +265,24 @@ class CrossEncoder:
         """The weights the part stores: every module weight but the (shared, frozen) token embeddings."""
         return {k: v for k, v in self.module.state_dict().items() if k != "body." + WORD_EMBEDDINGS}
 
-    def save(self, out_dir: str | os.PathLike) -> Path:
-        """Write the part into ``out_dir``: ``reranker.safetensors`` (:meth:`stored_state` in fp16) and
-        ``reranker.json`` (kind, config, encoder id, the weights' file and sha256, ``info.provenance``), each
-        atomically, the JSON last. The in-memory weights are first rounded to fp16 precision, so the saved
-        reranker scores exactly as this one. Returns the JSON's path."""
+    def save(self, out_dir: str | os.PathLike, weights_file: str = WEIGHTS_FILE) -> Path:
+        """Write the part into ``out_dir``: ``weights_file`` (:meth:`stored_state` in fp16; another name than
+        ``reranker.safetensors`` lets a version hold two cross-encoder parts, e.g. the search's and the answer
+        stage's) and ``reranker.json`` (kind, config, encoder id, the weights' file and sha256,
+        ``info.provenance``), each atomically, the JSON last. The in-memory weights are first rounded to fp16
+        precision, so the saved reranker scores exactly as this one. Returns the JSON's path.
+
+        Raises:
+            CrossEncoderPartError: ``weights_file`` is not a plain ``<name>.safetensors`` file name."""
+        import re
         from safetensors.torch import save as st_save
 
         from storage import atomic_write_bytes, atomic_write_text
         from storage.hashing import file_sha256
 
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}\.safetensors", weights_file):
+            raise CrossEncoderPartError(f"cross-encoder: weights file {weights_file!r} is not a plain "
+                                        "'<name>.safetensors' file name")
         torch, out = _torch(), Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
@@ -282,11 +290,11 @@ class CrossEncoder:
                 if k != "body." + WORD_EMBEDDINGS:
                     p.copy_(p.half().float())
         half = {k: v.detach().half().contiguous() for k, v in self.stored_state().items()}
-        atomic_write_bytes(out / WEIGHTS_FILE, st_save(half, metadata={"format": "pt"}))
+        atomic_write_bytes(out / weights_file, st_save(half, metadata={"format": "pt"}))
         body = self.module.body.config
         doc = {"kind": KIND, **asdict(self.config), "encoder_model_id": self.encoder_id,
                "hidden_size": body.hidden_size, "vocab_size": body.vocab_size,
-               "weights": {"file": WEIGHTS_FILE, "sha256": file_sha256(out / WEIGHTS_FILE), "dtype": "float16"},
+               "weights": {"file": weights_file, "sha256": file_sha256(out / weights_file), "dtype": "float16"},
                "info": {**self.info, "provenance": {"encoder_model_id": self.encoder_id, "segmenter": None}}}
         return atomic_write_text(out / CONFIG_FILE, json.dumps(doc, ensure_ascii=False, indent=1))
 

@@ -9,6 +9,8 @@ is the one unit serving loads, pins and rolls back.
   installed only when the version's encoder and segmenter are the ones it was fitted with (its
   ``info.provenance``); otherwise the part records why it was refused and serving says so.
 - ``reranker`` (``reranker.json``): the settings of the query pipeline's reranker (:mod:`retrieval.rerankers`).
+- ``answer_reranker`` (``answer-reranker.json`` and the fp16 weights it names): the answer stage's sentence
+  cross-encoder (:mod:`retrieval.cross_encoder`, :mod:`answers.rerank_features`), pinned to its encoder.
 - any further model after the index (the related-documents model): one more :class:`PartSource`.
 
 A part is either a file fitted elsewhere and installed (:class:`PartSource`) or fitted on the staged version
@@ -36,6 +38,7 @@ from storage.hashing import file_sha256
 
 TEXTS, TEXTS_FILE = "texts", "texts.parquet"
 ANSWER_SCORER = "answer_scorer"
+ANSWER_RERANKER, ANSWER_RERANKER_FILE = "answer_reranker", "answer-reranker.json"
 TEXT_COLUMNS = ("doc_id", "text", "title", "url", "source", "pubtime", "external_id")
 
 
@@ -60,10 +63,14 @@ class PartSource:
 
 def version_identity(manifest: dict) -> dict:
     """What a model fitted on a version's retrieval depends on: ``encoder_model_id`` (the pinned encoder's
-    content id) and ``segmenter`` (``backend:model_id`` of the segmenter of its BM25 side, or None)."""
+    content id), ``segmenter`` (``backend:model_id`` of the segmenter of its BM25 side, or None) and, when it
+    holds one, ``answer_reranker`` (the sha256 of its installed answer cross-encoder part: a scorer fitted on
+    that model's scores is installed only beside the same one)."""
     sp = manifest.get("sparse") or {}
     seg = f"{sp.get('backend')}:{sp.get('segmenter_model_id')}" if sp else None
-    return {"encoder_model_id": manifest.get("model_id"), "segmenter": seg}
+    ar = (manifest.get("parts") or {}).get(ANSWER_RERANKER)
+    extra = {"answer_reranker": ar["sha256"]} if isinstance(ar, dict) and "sha256" in ar else {}
+    return {"encoder_model_id": manifest.get("model_id"), "segmenter": seg, **extra}
 
 
 def write_texts(vdir: Path, clean_dir: str | os.PathLike, doc_ids) -> dict:
@@ -178,9 +185,8 @@ def write_parts(vdir: Path, manifest: dict, clean_dir: str | os.PathLike | None,
     parts = {}
     if clean_dir is not None:
         parts[TEXTS] = write_texts(vdir, clean_dir, doc_ids)
-    ident = version_identity(manifest)
-    for s in sources:
-        parts[s.name] = install_part(vdir, s, ident)
+    for s in sources:  # the identity read after each install: a scorer may depend on the answer reranker before it
+        parts[s.name] = install_part(vdir, s, version_identity({**manifest, "parts": dict(parts)}))
     if fitted:
         if index_root is None:
             raise ValueError("fitted parts need the index root (the staged version's pinned encoder lies there)")

@@ -165,3 +165,39 @@ def mined_groups(docs: pd.DataFrame, tokenize: Callable[[Sequence[str]], list], 
 def to_groups(frame: pd.DataFrame) -> list[tuple[str, str, list[str]]]:
     """(query, positive, negatives) tuples of a groups frame, as :func:`retrieval.cross_encoder.train` reads."""
     return [(q, p, list(n)) for q, p, n in zip(frame["query"], frame["positive"], frame["negatives"])]
+
+
+def ncpqa_sentence_groups(questions: pd.DataFrame, texts: dict, tokenize: Callable[[Sequence[str]], list],
+                          sentences: Callable[[str], list], excluded_docs: Sequence[str] = (),
+                          max_negatives: int = 15) -> pd.DataFrame:
+    """Sentence-level groups (:data:`COLUMNS`, source ``ncpqa-sentence``) of NCPQA questions (``qid, question,
+    answer, doc_id, gold_start, gold_end``) over ``texts`` (doc_id → the version's cleaned text): the positive
+    is the sentence (``sentences(text)`` → (start, end) offsets: the answer stage's
+    ``answers.candidates.sentence_offsets``) holding most of the gold span; the negatives are
+    the document's other sentences in the order the question's BM25 ranks them (the cascade's hard negatives:
+    the answer scorer chooses among exactly these), none containing the answer text; at most
+    ``max_negatives``. Documents of ``excluded_docs`` (held out) give no group."""
+    from retrieval.sparse import SparseIndex
+
+    excluded, rows = set(map(str, excluded_docs)), []
+    for r in questions.itertuples(index=False):
+        text = texts.get(r.doc_id) if isinstance(r.doc_id, str) else None
+        if text is None or r.doc_id in excluded or r.gold_start < 0:
+            continue
+        sents = list(sentences(text))
+        s, e = int(r.gold_start), int(r.gold_end)
+        overlap = np.array([min(b, e) - max(a, s) for a, b in sents] or [0])
+        if len(sents) < 2 or overlap.max() <= 0:
+            continue
+        pos = int(np.argmax(overlap))
+        cand = [i for i, (a, b) in enumerate(sents) if i != pos and not _covers(s, e, a, b)]
+        if not cand:
+            continue
+        texts_c = [text[sents[i][0]:sents[i][1]] for i in cand]
+        order, _ = SparseIndex.build(tokenize(texts_c)).top(tokenize([r.question])[0], len(cand))
+        ranked = list(dict.fromkeys([int(i) for i in order] + list(range(len(cand)))))
+        negs = [texts_c[i] for i in ranked if r.answer not in texts_c[i]][:max_negatives]
+        if negs:
+            a, b = sents[pos]
+            rows.append(("ncpqa-sentence", str(r.qid), str(r.doc_id), r.question, text[a:b], negs))
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -19,7 +19,8 @@ from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
-from retrieval.parts import ANSWER_SCORER, FittedPart, PartSource, read_provenance, write_parts
+from retrieval.parts import (ANSWER_RERANKER, ANSWER_RERANKER_FILE, ANSWER_SCORER, FittedPart, PartSource,
+                             read_provenance, write_parts)
 from retrieval.versions import read_manifest as version_manifest
 from retrieval.rerankers import RERANKER
 from retrieval.pinning import model_id, pin_encoder
@@ -80,7 +81,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
                         parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
-                        reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = ()) -> dict:
+                        reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = (),
+                        answer_reranker: str | os.PathLike | None = None) -> dict:
     """Publish the refresh staged in ``staging`` (default ``index/.staging``, re-planned if missing or stale;
     with an explicit ``staging`` it is kept for the cache) as ``index/vN`` and switch ``index/CURRENT``.
     ``parts``: the embedded parts' records (``path``, ``sha256``) in part order (mapped embedding); without
@@ -95,7 +97,9 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     (``texts`` part) and, with ``answer_scorer`` (a fitted :mod:`answers.scorer` JSON file, by default the one
     the repository ships), that scorer as its ``answer_scorer`` part when the version's encoder and segmenter
     are the ones it was fitted with (else the part records why it was refused), and with ``reranker`` (a
-    :mod:`retrieval.rerankers` JSON file) the query pipeline's reranker. ``fitted_parts``
+    :mod:`retrieval.rerankers` JSON file) the query pipeline's reranker, and with ``answer_reranker`` (a
+    :mod:`retrieval.cross_encoder` part: its JSON, the weights beside it) the answer stage's sentence
+    cross-encoder, pinned to the encoder it was trained on (:mod:`answers.rerank_features`). ``fitted_parts``
     (:class:`retrieval.parts.FittedPart`) are fitted on the staged version itself, after the other parts and
     before ``CURRENT`` switches (the answer scorer fitted on a question set: :mod:`answers.stages`); a part of
     the same name given as a file is then not installed.
@@ -133,7 +137,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
         kw = dict(sparse=sparse, fusion_queries=queries, fusion=fusion,
                   tokenizer=(lambda: tokenizer) if tokenizer else None,
                   query_embed_factory=lambda: factory().encode_queries)
-    sources = tuple(s for s in _part_sources(answer_scorer, reranker) if s.name not in {f.name for f in fitted_parts})
+    sources = tuple(s for s in _part_sources(answer_scorer, reranker, answer_reranker)
+                    if s.name not in {f.name for f in fitted_parts})
 
     def serving_parts(vdir: Path, man: dict, chunks: pd.DataFrame) -> dict:
         return write_parts(vdir, man, clean_dir, chunks["doc_id"].unique(), sources, tuple(fitted_parts),
@@ -147,11 +152,22 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
             "serving_parts": {n: {k: v for k, v in rec.items() if k != "provenance"} for n, rec in published.items()}}
 
 
-def _part_sources(answer_scorer, reranker) -> tuple[PartSource, ...]:
-    """The serving parts installed from files: the answer scorer and the reranker, where given."""
-    return ((PartSource(ANSWER_SCORER, "answer-scorer.json", str(answer_scorer)),) if answer_scorer else ()) + (
-        (PartSource(RERANKER, "reranker.json", str(reranker),  # a learned one is pinned to its encoder
-                    requires=("encoder_model_id",) if read_provenance(reranker) else ()),) if reranker else ())
+def _part_sources(answer_scorer, reranker, answer_reranker=None) -> tuple[PartSource, ...]:
+    """The serving parts installed from files, where given: the answer stage's cross-encoder (first: the scorer
+    may have been fitted on its scores, and is then installed beside the same one only), the answer scorer and
+    the query pipeline's reranker (a learned one is pinned to its encoder)."""
+    out = []
+    if answer_reranker:
+        out.append(PartSource(ANSWER_RERANKER, ANSWER_RERANKER_FILE, str(answer_reranker),
+                              requires=("encoder_model_id",)))
+    if answer_scorer:
+        extra = ("answer_reranker",) if "answer_reranker" in read_provenance(answer_scorer) else ()
+        out.append(PartSource(ANSWER_SCORER, "answer-scorer.json", str(answer_scorer),
+                              requires=("encoder_model_id", "segmenter", *extra)))
+    if reranker:
+        out.append(PartSource(RERANKER, "reranker.json", str(reranker),
+                              requires=("encoder_model_id",) if read_provenance(reranker) else ()))
+    return tuple(out)
 
 
 def _encoder_factory(ckpt_dir, batch_size: int, device: str):
@@ -170,7 +186,8 @@ def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: In
                 batch_size: int = 64, device: str = "auto", on_progress=None, n_parts: int = 1, *,
                 sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                 tokenizer=None, answer_scorer: str | os.PathLike | None = None,
-                reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = ()) -> dict:
+                reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = (),
+                answer_reranker: str | os.PathLike | None = None) -> dict:
     """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks,
     in one process (plan, every part, publish with the sparse side, fitted hybrid weights and the serving
     parts: the texts and, given, ``answer_scorer``, ``reranker`` and ``fitted_parts``; see
@@ -180,7 +197,7 @@ def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: In
         index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress)
     return index_publish_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device,
                                sparse=sparse, fusion=fusion, tokenizer=tokenizer, answer_scorer=answer_scorer,
-                               reranker=reranker, fitted_parts=fitted_parts)
+                               reranker=reranker, fitted_parts=fitted_parts, answer_reranker=answer_reranker)
 
 
 def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str = "auto", log=print) -> dict:

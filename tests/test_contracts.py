@@ -66,10 +66,11 @@ def test_every_stage_setting_names_a_config_field_and_every_config_field_is_set_
     for s in PIPELINE:
         for param, path in s.settings.items():
             setting(cfg, path)  # raises AttributeError when the field does not exist
-    # answer_scorer, reranker, answer_questions: files the flow resolves from the repository root and gives the
+    # answer_scorer, reranker, answer_reranker, answer_questions: files the flow resolves from the repository root and gives the
     # index stage as inputs (their content, not their path, enters the cache key)
     assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "reranker",
-                                                   "answer_questions", "related_pairs", "related_corpus"}
+                                                   "answer_reranker", "answer_questions", "related_pairs",
+                                                   "related_corpus"}
 
 
 def test_segmenter_setting_tokenizes_both_bm25s_and_sparse_fusion_are_settable():

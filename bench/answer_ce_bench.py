@@ -1,0 +1,116 @@
+"""Does the cross-encoder's sentence score help the answer scorer? (SPEC §9; :mod:`answers.rerank_features`)
+
+    python bench/answer_ce_bench.py --data-dir DATA_NCPQA --reranker DIR [--version v3] [--examples CACHE.pkl]
+        [--threads 2] [--out FILE.json]
+
+On the answer evaluation's split (NCPQA, by document, test share 0.3, seed 13: ``flows.answer_eval``), the same
+scorer recipe (:func:`answers.fit.fit_scorer`) is fitted on the training questions twice, with the span features
+of today and with them plus :data:`answers.rerank_features.CE_FEATURES` (the reranker ``DIR``, a cross-encoder
+part trained on the training documents' questions alone: ``flows.train_reranker --sources ncpqa-sentence``), and
+both are measured on the held-out questions, with the paired difference of hit@1 (questions won / lost). The examples (search, candidates, features: minutes) are cached in
+``--examples``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def examples(data_dir: str, version: str | None, cache: str | None, log=print):
+    """(backend, q, tr, te) of :func:`flows.answer_eval.prepare_sets`, the examples pickled in ``cache``."""
+    from answers.backend import SearchBackend
+    from flows.answer_eval import DEFAULT_QUESTIONS, prepare_sets
+
+    if cache and Path(cache).is_file():
+        q, tr, te = pickle.loads(Path(cache).read_bytes())
+        return SearchBackend(Path(data_dir) / "index", version), q, tr, te
+    backend, _, q, tr, te = prepare_sets(data_dir, DEFAULT_QUESTIONS, 0.3, 13, log)
+    if cache:
+        Path(cache).write_bytes(pickle.dumps((q, tr, te)))
+    return backend, q, tr, te
+
+
+def with_ce(exs: list, ce) -> list:
+    """Each (row, Prepared) with the CE_FEATURES columns appended to its span matrix."""
+    from answers.rerank_features import ce_matrix, sentence_scores
+
+    out = []
+    for row, prep in exs:
+        scores = sentence_scores(prep.question, prep.docs, ce.score)
+        out.append((row, replace(prep, span_x=np.hstack([prep.span_x, ce_matrix(prep.docs, scores)]))))
+    return out
+
+
+def fit_with(names, tr):
+    """:func:`answers.fit.fit_scorer` on ``tr`` with the span feature names ``names``."""
+    import answers.fit as fit
+
+    saved = fit.SPAN_FEATURES
+    fit.SPAN_FEATURES = tuple(names)
+    try:
+        return fit.fit_scorer(tr)
+    finally:
+        fit.SPAN_FEATURES = saved
+
+
+def paired(a, b) -> dict:
+    """Questions where ``b`` hits and ``a`` misses (won) and the reverse (lost)."""
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    return {"won": int((b & ~a).sum()), "lost": int((a & ~b).sum())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="bench/answer_ce_bench.py")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--reranker", required=True)
+    ap.add_argument("--version", default=None)
+    ap.add_argument("--examples", default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    import torch
+
+    from answers.evaluate import evaluate_scorer
+    from answers.features import SPAN_FEATURES
+    from answers.rerank_features import CE_FEATURES
+    from retrieval.cross_encoder import load_cross_encoder
+
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    backend, q, tr, te = examples(args.data_dir, args.version, args.examples)
+    print(f"examples: {len(tr)} train / {len(te)} test ({time.perf_counter() - t0:.0f} s)", flush=True)
+    ce = load_cross_encoder(args.reranker, backend.bundle.retriever.encoder, backend.model_id)
+    t1 = time.perf_counter()
+    tr_ce, te_ce = with_ce(tr, ce), with_ce(te, ce)
+    ce_secs = time.perf_counter() - t1
+    n_pairs = sum(int(np.isfinite(p.span_x[:, -1]).any()) for _, p in te_ce)
+    print(f"cross-encoder features: {ce_secs:.0f} s for {len(tr) + len(te)} questions", flush=True)
+    base = fit_with(SPAN_FEATURES, tr)
+    plus = fit_with(SPAN_FEATURES + CE_FEATURES, tr_ce)
+    r0, per0 = evaluate_scorer(te, base, "scorer (today's features)")
+    r1, per1 = evaluate_scorer(te_ce, plus, "scorer + cross-encoder sentence features")
+    report = {"data_dir": args.data_dir, "version": backend.version, "reranker": args.reranker,
+              "reranker_info": ce.info, "threads": args.threads, "questions": {"train": len(tr), "test": len(te)},
+              "ce_feature_seconds": round(ce_secs, 1), "test_questions_with_scored_sentences": n_pairs,
+              "table": [r0, r1], "paired_hit@1": paired(per0["hit1"], per1["hit1"]),
+              "seconds": round(time.perf_counter() - t0, 1)}
+    for r in (r0, r1):
+        print(f"{r['system']:45s} hit@1 {r['hit@1']:.3f}  hit@3 {r['hit@3']:.3f}  char-F1 {r['char_f1']:.3f}  "
+              f"EM {r['exact_match']:.3f}  ({r['questions']} held-out questions)")
+    print(f"paired hit@1 (CE vs today): {report['paired_hit@1']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, ensure_ascii=False, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
