@@ -69,7 +69,11 @@ def refresh_ann(prev_dir: Path | None, prev_manifest: dict, vectors: np.ndarray,
 
 def _rebuild_reason(prev_dir: Path | None, prev_ann: dict, kind: str, cfg: IndexConfig, same_encoder: bool
                     ) -> str | None:
-    """Why the previous index cannot be edited into the next one (None: it can, drift aside)."""
+    """Why the previous index cannot be edited into the next one (None: it can, drift aside). The previous
+    ``index.faiss`` is walked by :func:`retrieval.versions.check_faiss_file` before FAISS reads it: a truncated
+    or forged file (one that declares more than it holds) is rebuilt from the vectors, never loaded."""
+    from retrieval.versions import IndexLoadError, check_faiss_file
+
     if prev_dir is None or not (prev_dir / "index.faiss").is_file() or not prev_ann:
         return "no previous index"
     if not same_encoder:
@@ -81,6 +85,10 @@ def _rebuild_reason(prev_dir: Path | None, prev_ann: dict, kind: str, cfg: Index
     changed = [s for s in _SETTINGS[kind] if prev_ann.get(s) != getattr(cfg, s)]
     if changed:
         return f"settings changed ({', '.join(changed)})"
+    try:
+        check_faiss_file(prev_dir / "index.faiss")
+    except IndexLoadError as exc:
+        return f"previous index.faiss unreadable ({str(exc)[:160]})"
     return None
 
 

@@ -122,21 +122,9 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     planned_id = json.loads(plan_path.read_text())["model_id"]
     encoder_dir = pin_encoder(index_root, ckpt_dir, planned_id)
     pinned = Path(index_root) / encoder_dir
-    info = RetrievalInfo.load(pinned, checkpoint_type(pinned))
-    manifest = {"config": asdict(cfg), "code_version": INDEX.code_version(),
-                "model_dir": os.path.relpath(Path(ckpt_dir).resolve(), Path(index_root).resolve()),
-                "encoder_dir": encoder_dir, "retrieval": asdict(info),
-                "metric": "inner_product", "inputs": {"documents_clean": manifest_fingerprint(clean_dir)}}
+    manifest = _base_manifest(clean_dir, ckpt_dir, index_root, cfg, encoder_dir, pinned)
     factory = _encoder_factory(pinned, batch_size, device)
-    kw = {}
-    if sparse is not None:
-        # lead sentences only: the retrieval evaluation reports title queries, and the fusion is never fitted
-        # on the figures it reports (SPEC §7)
-        queries = mine_queries_from(iter_table(clean_dir, ["doc_id", "text", "title"]), fusion)
-        queries = queries[queries["kind"] == "lead"].reset_index(drop=True)
-        kw = dict(sparse=sparse, fusion_queries=queries, fusion=fusion,
-                  tokenizer=(lambda: tokenizer) if tokenizer else None,
-                  query_embed_factory=lambda: factory().encode_queries)
+    kw = _sparse_kwargs(clean_dir, sparse, fusion, tokenizer, factory) if sparse is not None else {}
     sources = tuple(s for s in _part_sources(answer_scorer, reranker, answer_reranker)
                     if s.name not in {f.name for f in fitted_parts})
 
@@ -150,6 +138,27 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     published = (version_manifest(index_root, stats["version"]).get("parts") or {})
     return {**stats, "chunks": int(len(chunks)), "documents": int(chunks["doc_id"].nunique()),
             "serving_parts": {n: {k: v for k, v in rec.items() if k != "provenance"} for n, rec in published.items()}}
+
+
+def _base_manifest(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, encoder_dir: str, pinned: Path) -> dict:
+    """The manifest fields every published version starts from: chunk config, code version, the encoder
+    (its source folder, its pinned copy, its retrieval settings), the metric and the input fingerprint."""
+    info = RetrievalInfo.load(pinned, checkpoint_type(pinned))
+    return {"config": asdict(cfg), "code_version": INDEX.code_version(),
+            "model_dir": os.path.relpath(Path(ckpt_dir).resolve(), Path(index_root).resolve()),
+            "encoder_dir": encoder_dir, "retrieval": asdict(info),
+            "metric": "inner_product", "inputs": {"documents_clean": manifest_fingerprint(clean_dir)}}
+
+
+def _sparse_kwargs(clean_dir, sparse: SparseConfig, fusion: FusionConfig, tokenizer, factory) -> dict:
+    """The BM25 side's arguments of :func:`retrieval.build.publish_staged`: the fusion weights are fitted on
+    the lead-sentence queries mined from ``clean_dir`` only (the retrieval evaluation reports title queries,
+    and the fusion is never fitted on the figures it reports, SPEC §7)."""
+    queries = mine_queries_from(iter_table(clean_dir, ["doc_id", "text", "title"]), fusion)
+    queries = queries[queries["kind"] == "lead"].reset_index(drop=True)
+    return dict(sparse=sparse, fusion_queries=queries, fusion=fusion,
+                tokenizer=(lambda: tokenizer) if tokenizer else None,
+                query_embed_factory=lambda: factory().encode_queries)
 
 
 def _part_sources(answer_scorer, reranker, answer_reranker=None) -> tuple[PartSource, ...]:

@@ -182,3 +182,23 @@ def test_refresh_keeps_working_with_an_ann_index(tmp_path):
     s4 = refresh_index(tmp_path, ch2.iloc[:3000], enc.encode_corpus, "m1", IndexConfig(ann_min_vectors=4000))
     assert s4["index_kind"] == "flat" and s4["ann_recall@10"] is None and enc.texts == 0
     assert load_version(tmp_path)[2]["ann"]["exact"]
+
+
+def test_a_forged_previous_index_is_rebuilt_from_the_vectors_never_read(tmp_path):
+    """The in-place refresh reads the previous version's ``index.faiss`` only after its headers are checked
+    against the file (retrieval.versions.check_faiss_file): one declaring more vectors than it holds is rebuilt
+    from the stored vectors, and FAISS never allocates what the forged header asks for."""
+    import struct
+
+    enc = TopicEncoder()
+    cfg = IndexConfig(ann_min_vectors=400, ann_kind="hnsw")
+    ch = make_chunks(600)
+    s1 = refresh_index(tmp_path, ch, enc.encode_corpus, "m1", cfg)
+    f = tmp_path / s1["version"] / "index.faiss"
+    raw = bytearray(f.read_bytes())
+    struct.pack_into("<q", raw, 8, 10**12)  # IDMap header after its fourcc: d int32, then ntotal int64
+    f.write_bytes(bytes(raw))
+    s2 = refresh_index(tmp_path, ch.iloc[:590], enc.encode_corpus, "m1", cfg)
+    _, _, man = load_version(tmp_path)
+    assert not s2["index_in_place"] and "previous index.faiss unreadable" in man["ann"]["rebuilt"]
+    assert s2["size"] == 590 and s2["ann_recall@10"] >= 0.9
