@@ -30,8 +30,8 @@ import numpy as np
 
 from answers.candidates import Span, gap_spans, sentence_offsets
 from answers.decode import mbr_choice
-from answers.features import (STATIC, DocCandidates, Prepared, Question, doc_features, span_matrix,
-                               static_span_features)
+from answers.features import (STATIC, DocCandidates, Prepared, Question, doc_features, focus_sentences,
+                               span_matrix, static_span_features)
 from retrieval.hits import RankedHit, SearchHit
 from retrieval.sparse import bm25_scores
 
@@ -190,23 +190,6 @@ def _focused(question: str, bm: np.ndarray, e, title: str, cfg: AnswerConfig) ->
             np.vstack([e.static[keep], static_span_features(e.text, e.sentences, gaps, title)]))
 
 
-def focus_sentences(bm: np.ndarray, top: int, after: int) -> np.ndarray:
-    """(n_sentences,) bool: the ``top`` sentences of a document the question's BM25 ranks first and the
-    ``after`` sentences following each (an answer often follows the sentence that echoes the question: a
-    heading, a lead-in); all when ``top`` is 0. The first stage of a cascade (Wang, Lin & Metzler 2011): only
-    these sentences' spans reach the learned ranker. On the NCPQA questions (gold document retrieved) the top 3
-    and the one after each hold the gold span's sentence 94 % of the time with 38 % of a document's sentences
-    (top 5: 97 % with 53 %); 3 × 5-fold cross-validation by document on the training questions gives the same
-    hit@1 and char-F1 with the top 3, 4 or 5 (with 34 % fewer spans scored at 3 than at 5)."""
-    n = len(bm)
-    if top <= 0 or n <= top:
-        return np.ones(n, dtype=bool)
-    keep = np.zeros(n, dtype=bool)
-    for i in np.argsort(-np.asarray(bm), kind="stable")[:top]:
-        keep[i:min(n, i + after + 1)] = True
-    return keep
-
-
 def _dense(question: str, entries: list, bm: np.ndarray, backend, n: int) -> np.ndarray:
     """Cosine of the question with the ``n`` sentences (of all ``entries``, the documents'
     :class:`~answers.doc_cache.DocumentEntry` in order; ``bm`` their BM25) that BM25 ranks first (NaN for the
@@ -323,15 +306,16 @@ class Answerer:
         return self.backend().store
 
     def check(self) -> dict:
-        """Load the serving version, its texts and its scorer now (a serving process's start: a missing or
-        refused part is an error before the first request); returns ``{version, encoder, documents}``.
+        """Load the serving version, its texts, its scorer and the answer cross-encoder that scorer reads now (a
+        serving process's start: a missing or refused part is an error before the first request); returns
+        ``{version, encoder, documents}``.
 
         Raises:
             retrieval.bundle.IndexMissingError, retrieval.parts.PartError, answers.scorer.ScorerMissingError,
             ValueError: the part that cannot be served, named.
         """
         backend = self.backend()
-        self.scorer(backend)
+        backend.reranker_for(self.scorer(backend))
         return {"version": backend.version, "encoder": backend.encoder_name, "documents": len(backend.store.text)}
 
     def warm(self) -> int:
@@ -353,18 +337,11 @@ class Answerer:
         import time
 
         t = time.perf_counter()
-        from answers.scorer import reads_reranker
-
         q = check_question(question, k, self.cfg)
         backend = self.backend()
         scorer = self.scorer(backend)
-        reranker = backend.answer_reranker if reads_reranker(scorer) else None
-        if reads_reranker(scorer) and reranker is None:
-            from answers.scorer import ScorerMissingError
-
-            raise ScorerMissingError(f"the answer scorer reads an answer cross-encoder's scores, but index "
-                                     f"{backend.version} holds none (answer_reranker)")
-        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reranker)
+        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache,
+                       reranker=backend.reranker_for(scorer))
         answers = rank_answers(prep, scorer, k, self.cfg.passage_chars)
         return {"question": q, "answers": answers,
                 "found": bool(answers) and answers[0]["score"] >= scorer.threshold,

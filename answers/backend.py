@@ -59,7 +59,7 @@ class SearchBackend:
             answers.scorer.ScorerMissingError: the version has none (refused at publication: the reason), or
                 its file changed since publication.
             ValueError: the file is not a scorer of this code's features."""
-        from answers.scorer import ScorerMissingError, parse_scorer, reads_reranker
+        from answers.scorer import ScorerMissingError, parse_scorer
 
         try:
             text = self.bundle.part_text(ANSWER_SCORER)
@@ -67,15 +67,36 @@ class SearchBackend:
             raise ScorerMissingError(f"{exc}; fit one on a question set: python -m flows.answer_eval "
                                      "--data-dir DATA (docs/answers.md)") from None
         scorer = parse_scorer(text, f"the answer scorer of index {self.version}")
-        if reads_reranker(scorer):
-            want = (scorer.info.get("provenance") or {}).get("answer_reranker")
-            have = ((self.bundle.manifest.get("parts") or {}).get(ANSWER_RERANKER) or {}).get("sha256")
-            if not want or want != have:
-                raise ScorerMissingError(f"the answer scorer of index {self.version} reads the scores of answer "
-                                         f"cross-encoder {str(want)[:12]}, which the version does not hold (it "
-                                         f"holds {str(have)[:12] if have else 'none'}): publish the scorer with "
-                                         "its cross-encoder (answer_reranker) or fit it again")
+        self._check_pin(scorer)
         return scorer
+
+    def _check_pin(self, scorer) -> None:
+        """Raise ``ScorerMissingError`` when ``scorer`` reads an answer cross-encoder's scores
+        (:func:`answers.scorer.reads_reranker`) other than the version's ``answer_reranker`` part (its sha256
+        in the scorer's ``info.provenance``) or the version holds none."""
+        from answers.scorer import ScorerMissingError, reads_reranker
+
+        if not reads_reranker(scorer):
+            return
+        want = (scorer.info.get("provenance") or {}).get("answer_reranker")
+        have = ((self.bundle.manifest.get("parts") or {}).get(ANSWER_RERANKER) or {}).get("sha256")
+        if not want or want != have:
+            raise ScorerMissingError(f"the answer scorer reads the scores of answer cross-encoder "
+                                     f"{str(want)[:12]}, which index {self.version} does not hold (it holds "
+                                     f"{str(have)[:12] if have else 'none'}): publish the scorer with its "
+                                     "cross-encoder (answer_reranker) or fit it again")
+
+    def reranker_for(self, scorer):
+        """The version's answer cross-encoder when ``scorer`` reads its scores (loaded and checked), else None.
+
+        Raises:
+            answers.scorer.ScorerMissingError: the scorer reads another cross-encoder than the version's, or the
+                version holds none. PartError / CrossEncoderPartError / CrossEncoderMismatchError: the part's
+                files changed since publication, or it was trained on another encoder."""
+        from answers.scorer import reads_reranker
+
+        self._check_pin(scorer)
+        return self.answer_reranker if reads_reranker(scorer) else None
 
     @cached_property
     def answer_reranker(self):

@@ -373,3 +373,20 @@ def _echo_columns(q: Question, docs: list[DocCandidates], L: _Layout) -> dict:
 def question_chars(question: str) -> set[str]:
     """The question's content characters (function words, question words and punctuation left out)."""
     return {c for c in question if c not in _STOP_CHARS and not c.isspace()}
+
+
+def focus_sentences(bm: np.ndarray, top: int, after: int) -> np.ndarray:
+    """(n_sentences,) bool: the ``top`` sentences of a document the question's BM25 ranks first and the
+    ``after`` sentences following each (an answer often follows the sentence that echoes the question: a
+    heading, a lead-in); all when ``top`` is 0. The first stage of a cascade (Wang, Lin & Metzler 2011): only
+    these sentences' spans reach the learned ranker. On the NCPQA questions (gold document retrieved) the top 3
+    and the one after each hold the gold span's sentence 94 % of the time with 38 % of a document's sentences
+    (top 5: 97 % with 53 %); 3 × 5-fold cross-validation by document on the training questions gives the same
+    hit@1 and char-F1 with the top 3, 4 or 5 (with 34 % fewer spans scored at 3 than at 5)."""
+    n = len(bm)
+    if top <= 0 or n <= top:
+        return np.ones(n, dtype=bool)
+    keep = np.zeros(n, dtype=bool)
+    for i in np.argsort(-np.asarray(bm), kind="stable")[:top]:
+        keep[i:min(n, i + after + 1)] = True
+    return keep

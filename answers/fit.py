@@ -130,7 +130,8 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     (:func:`answers.evaluate.evaluate_scorer` refuses to score questions about them).
 
     Raises:
-        ValueError: an unknown ``model``, or the examples hold no positive document or span (nothing to learn).
+        ValueError: an unknown ``model``, the examples hold no positive document or span (nothing to learn), or
+            ``linear`` on examples with the answer cross-encoder's features (NaN outside the focus).
     """
     if model not in ("ranker", "trees", "linear"):
         raise ValueError(f"model = {model!r}: 'ranker', 'trees' or 'linear'")
@@ -183,6 +184,9 @@ def _fit_models(examples: list[tuple], model: str, c: float, grades: int):
     if not sum(dy) or not len(sx):
         raise ValueError("no training question has its document retrieved: nothing to learn")
     names = span_names(sx[0].shape[1])
+    if model == "linear" and np.isnan(np.vstack(sx)).any():
+        raise ValueError("the linear span model cannot read the answer cross-encoder's features (NaN outside "
+                         "the cascade's focus): use 'ranker' or 'trees'")
     if model == "linear":
         return (LinearModel.fit(DOC_FEATURES, np.asarray(dx), np.asarray(dy), c),
                 LinearModel.fit(names, np.vstack(sx), np.concatenate(sy), c), {})

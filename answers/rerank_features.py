@@ -2,7 +2,7 @@
 & Metzler 2011 with a learned second stage, Nogueira & Cho 2019, "Passage Re-ranking with BERT").
 
 The answer stage's cascade keeps, per candidate document, the sentences the question's BM25 ranks first and the
-one after each (:func:`answers.answer.focus_sentences`); a cross-encoder (:class:`retrieval.cross_encoder.
+one after each (:func:`answers.features.focus_sentences`); a cross-encoder (:class:`retrieval.cross_encoder.
 CrossEncoder`, trained on question → answer sentence groups, :func:`retrieval.rerank_data.ncpqa_sentence_groups`)
 scores exactly those sentences, and every span gets the score of the sentence it starts in as three features
 (:data:`CE_FEATURES`), all relative within the question so that the scorer does not depend on the logits' scale:
@@ -27,10 +27,13 @@ Score = Callable[[str, Sequence[str]], np.ndarray]  # (question, sentences) -> (
 
 def sentence_scores(question: str, docs: Sequence, score: Score, top: int = 3, after: int = 1) -> list[np.ndarray]:
     """Per candidate document (:class:`answers.features.DocCandidates`) a (n_sentences,) float64 array: ``score``
-    of the question against each sentence of the cascade's focus (:func:`answers.answer.focus_sentences` of the
+    of the question against each sentence of the cascade's focus (:func:`answers.features.focus_sentences` of the
     document's BM25 with ``top`` / ``after``; sentences that are questions excluded), NaN elsewhere. All the
-    question's sentences go to ``score`` in one call."""
-    from answers.answer import focus_sentences
+    question's sentences go to ``score`` in one call.
+
+    Raises:
+        ValueError: ``score`` returned another number of scores than sentences."""
+    from answers.features import focus_sentences
 
     picked, texts = [], []
     for d in docs:
@@ -38,6 +41,8 @@ def sentence_scores(question: str, docs: Sequence, score: Score, top: int = 3, a
         picked.append(keep)
         texts += [d.text[d.sentences[i][0]:d.sentences[i][1]] for i in keep]
     flat = np.asarray(score(question, texts), dtype=np.float64) if texts else np.zeros(0)
+    if flat.shape != (len(texts),):
+        raise ValueError(f"the sentence scorer returned {flat.shape} scores for {len(texts)} sentences")
     out, pos = [], 0
     for d, keep in zip(docs, picked):
         s = np.full(len(d.sentences), np.nan)

@@ -33,7 +33,10 @@ def examples(data_dir: str, version: str | None, cache: str | None, log=print):
     if cache and Path(cache).is_file():
         q, tr, te = pickle.loads(Path(cache).read_bytes())
         return SearchBackend(Path(data_dir) / "index", version), q, tr, te
-    backend, _, q, tr, te = prepare_sets(data_dir, DEFAULT_QUESTIONS, 0.3, 13, log)
+    backend, _, q, tr, te = prepare_sets(data_dir, DEFAULT_QUESTIONS, 0.3, 13, log, version)
+    if backend.answer_reranker is not None:
+        raise ValueError(f"index {backend.version} already holds an answer cross-encoder: its examples carry its "
+                         "features; bench a version without one")
     if cache:
         Path(cache).write_bytes(pickle.dumps((q, tr, te)))
     return backend, q, tr, te
@@ -48,18 +51,6 @@ def with_ce(exs: list, ce) -> list:
         scores = sentence_scores(prep.question, prep.docs, ce.score)
         out.append((row, replace(prep, span_x=np.hstack([prep.span_x, ce_matrix(prep.docs, scores)]))))
     return out
-
-
-def fit_with(names, tr):
-    """:func:`answers.fit.fit_scorer` on ``tr`` with the span feature names ``names``."""
-    import answers.fit as fit
-
-    saved = fit.SPAN_FEATURES
-    fit.SPAN_FEATURES = tuple(names)
-    try:
-        return fit.fit_scorer(tr)
-    finally:
-        fit.SPAN_FEATURES = saved
 
 
 def paired(a, b) -> dict:
@@ -80,8 +71,7 @@ def main(argv=None) -> int:
     import torch
 
     from answers.evaluate import evaluate_scorer
-    from answers.features import SPAN_FEATURES
-    from answers.rerank_features import CE_FEATURES
+    from answers.fit import fit_scorer
     from retrieval.cross_encoder import load_cross_encoder
 
     torch.set_num_threads(args.threads)
@@ -94,8 +84,7 @@ def main(argv=None) -> int:
     ce_secs = time.perf_counter() - t1
     n_pairs = sum(int(np.isfinite(p.span_x[:, -1]).any()) for _, p in te_ce)
     print(f"cross-encoder features: {ce_secs:.0f} s for {len(tr) + len(te)} questions", flush=True)
-    base = fit_with(SPAN_FEATURES, tr)
-    plus = fit_with(SPAN_FEATURES + CE_FEATURES, tr_ce)
+    base, plus = fit_scorer(tr), fit_scorer(tr_ce)  # the span features named by the matrices' width
     r0, per0 = evaluate_scorer(te, base, "scorer (today's features)")
     r1, per1 = evaluate_scorer(te_ce, plus, "scorer + cross-encoder sentence features")
     report = {"data_dir": args.data_dir, "version": backend.version, "reranker": args.reranker,

@@ -34,16 +34,17 @@ SHIPPED = Path(__file__).resolve().parent.parent / "answers" / "data" / "scorer.
 DEFAULT_QUESTIONS = str(Path(__file__).resolve().parent.parent.parent / "shared" / "qa" / "ncpqa_questions.jsonl")
 
 
-def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, log=print):
+def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, log=print,
+                 version: str | None = None):
     """(backend, store, questions frame with gold and split, train examples with the gold document added,
-    test examples as a user would get them)."""
+    test examples as a user would get them), over index ``version`` (default the serving one)."""
     from answers.answer import AnswerConfig
     from answers.backend import SearchBackend
     from answers.fit import build_examples
     from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
 
     cfg = AnswerConfig()
-    backend = SearchBackend(Path(data_dir) / "index")
+    backend = SearchBackend(Path(data_dir) / "index", version)
     store = backend.store  # the texts the index version's offsets point into
     q = locate_gold(load_questions(questions), store, duplicate_targets(data_dir))
     q["split"] = split_by_document(q, test_share, seed)
@@ -155,12 +156,20 @@ def run(data_dir: str, questions: str, test_share: float, seed: int, install: bo
     question (``refit="all"``) or the train fit (``"train"``). Returns the report dict.
 
     Raises:
-        ValueError: ``refit`` is neither ``all`` nor ``train``.
+        ValueError: ``refit`` is neither ``all`` nor ``train``; ``install`` over a version with an answer
+            cross-encoder while the pipeline ships none (every later version would refuse that scorer).
     """
     if refit not in ("all", "train"):
         raise ValueError(f"refit = {refit!r}: 'all' or 'train'")
     t0 = time.perf_counter()
     backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
+    if install and backend.bundle.has_part("answer_reranker"):
+        from flows.profiles import PipelineConfig
+
+        if not PipelineConfig().answer_reranker:
+            raise ValueError("--install: this version's scorer would read its answer cross-encoder, which the "
+                             "pipeline does not ship (PipelineConfig.answer_reranker is empty): every later "
+                             "version would refuse it; evaluate without --install")
     cv = cross_validation(backend, store, q, tr, cv_seeds, log) if cv_seeds > 0 else None
     more = fit_examples(q[q["split"] == "test"], backend, store, log) if refit == "all" else None
     report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log, cv, more)

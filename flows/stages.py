@@ -154,7 +154,7 @@ def serving_part_files(run: Run) -> None:
     missing default corpus publishes without that part, said on the console).
 
     Raises:
-        FileNotFoundError: the configured question set or pair file does not exist.
+        FileNotFoundError: the configured question set, answer cross-encoder or pair file does not exist.
         ValueError: the index stage's contract does not take the question set.
     """
     repo = Path(__file__).resolve().parent.parent
@@ -162,6 +162,8 @@ def serving_part_files(run: Run) -> None:
     for part in (*names, "related_pairs", "related_corpus"):
         if getattr(run.cfg, part) and not run.inputs.get(part):
             run.inputs[part] = str(repo / getattr(run.cfg, part))
+    if run.cfg.answer_reranker and not Path(run.inputs["answer_reranker"]).is_file():
+        raise FileNotFoundError(f"answer_reranker: part file {run.inputs['answer_reranker']} not found")
     if run.cfg.related_pairs and not Path(run.inputs["related_pairs"]).is_file():
         raise FileNotFoundError(f"related_pairs: pair file {run.inputs['related_pairs']} not found")
     if run.inputs.get("related_corpus") and not Path(run.inputs["related_corpus"]).is_file():

@@ -14,7 +14,9 @@ the answer stage's cross-encoder: :mod:`answers.rerank_features`) the same NCPQA
 the answer against their document's other sentences; ``--sources`` keeps some of them; a set touching a
 held-out question or document is refused (:func:`retrieval.rerank_data.check_no_leak`). Writes the part
 (``reranker.json`` + ``reranker.safetensors``) into ``--out`` (default ``DATA/models/reranker-ce``) with the
-training record in its ``info``; install it into the next index version as its ``reranker`` part.
+training record in its ``info``; install it into the next index version as its ``reranker`` part. With
+``--sources ncpqa-sentence`` alone it is the answer stage's cross-encoder: ``answer-reranker.safetensors`` in
+``DATA/models/answer-reranker-ce``, installed with ``--set answer_reranker=DIR/reranker.json``.
 """
 from __future__ import annotations
 
@@ -95,10 +97,10 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
                                 sentence_offsets, held_docs)
     train = pd.concat([g_n, g_l, g_m, g_s], ignore_index=True)
     if sources:
-        unknown = set(sources) - set(train["source"])
-        if unknown:
-            raise ValueError(f"unknown training source(s) {sorted(unknown)}; the sources are "
-                             f"{sorted(set(train['source']))}")
+        check_sources(sources)
+        empty = sorted(set(sources) - set(train["source"]))
+        if empty:
+            raise ValueError(f"training source(s) {empty} gave no group on index {bundle.version}")
         train = train[train["source"].isin(sources)].reset_index(drop=True)
     held = pd.concat([nq.loc[nq["split"] == "test", ["qid", "question"]],
                       lq.loc[lq["split"] == "test", ["qid", "question"]]], ignore_index=True)
@@ -108,6 +110,21 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
         f"{int((nq['split'] == 'test').sum())} questions ({len(held_docs)} documents), lecoqa "
         f"{int((lq['split'] == 'test').sum())} questions")
     return {**out, "train": train}
+
+
+SOURCES = ("ncpqa", "ncpqa-sentence", "lecoqa", "mined")
+
+
+def check_sources(sources) -> tuple[str, ...]:
+    """``sources`` when it names one or more of :data:`SOURCES`.
+
+    Raises:
+        ValueError: an empty list or an unknown name (named)."""
+    sources = tuple(sources)
+    unknown = sorted(set(sources) - set(SOURCES))
+    if not sources or unknown:
+        raise ValueError(f"training sources {unknown or '(none)'}: choose from {', '.join(SOURCES)}")
+    return sources
 
 
 def balanced(train: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
@@ -127,7 +144,7 @@ def run(args, log=print) -> Path:
 
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    sources = tuple(s for s in args.sources.split(",") if s) if args.sources else ()
+    sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
     sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources)
     b = sets["bundle"]
     cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2))
@@ -140,7 +157,10 @@ def run(args, log=print) -> Path:
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
                "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
                "prepare_seconds": round(time.perf_counter() - t0 - stats["seconds"], 1)}
-    out = ce.save(args.out or Path(args.data_dir) / "models" / "reranker-ce", args.weights_file)
+    answer_side = sources == ("ncpqa-sentence",)  # the answer stage's cross-encoder: its own folder and file
+    default_out = Path(args.data_dir) / "models" / ("answer-reranker-ce" if answer_side else "reranker-ce")
+    weights = args.weights_file or ("answer-reranker.safetensors" if answer_side else "reranker.safetensors")
+    out = ce.save(args.out or default_out, weights)
     log(f"cross-encoder part: {out} ({stats})")
     return out
 
@@ -165,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated training sources: ncpqa, lecoqa, mined (the search's reranker, the "
                          "default) or ncpqa-sentence (the answer stage's sentence cross-encoder)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--weights-file", default="reranker.safetensors",
-                    help="the weights' file name (answer-reranker.safetensors for the answer stage's part)")
+    ap.add_argument("--weights-file", default=None,
+                    help="the weights' file name (default reranker.safetensors; answer-reranker.safetensors with "
+                         "--sources ncpqa-sentence, the answer stage's part)")
     args = ap.parse_args(argv)
     try:
         run(args)

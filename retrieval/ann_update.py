@@ -38,7 +38,7 @@ def refresh_ann(prev_dir: Path | None, prev_manifest: dict, vectors: np.ndarray,
     """
     kind = resolve_kind(cfg, len(ids))
     prev_ann = prev_manifest.get("ann") or {}
-    why = _rebuild_reason(prev_dir, prev_ann, kind, cfg, same_encoder)
+    why = _rebuild_reason(prev_dir, prev_manifest, kind, cfg, same_encoder)
     if why is None and int(prev_manifest.get("dim", -1)) != vectors.shape[1]:
         why = "dimension changed"
     if why is None:
@@ -67,12 +67,14 @@ def refresh_ann(prev_dir: Path | None, prev_manifest: dict, vectors: np.ndarray,
     return index, {**ann, "in_place": False, "rebuilt": why, "drift": 0.0, "tombstones": 0}
 
 
-def _rebuild_reason(prev_dir: Path | None, prev_ann: dict, kind: str, cfg: IndexConfig, same_encoder: bool
+def _rebuild_reason(prev_dir: Path | None, prev_manifest: dict, kind: str, cfg: IndexConfig, same_encoder: bool
                     ) -> str | None:
     """Why the previous index cannot be edited into the next one (None: it can, drift aside). The previous
-    ``index.faiss`` is walked by :func:`retrieval.versions.check_faiss_file` before FAISS reads it: a truncated
-    or forged file (one that declares more than it holds) is rebuilt from the vectors, never loaded."""
-    from retrieval.versions import IndexLoadError, check_faiss_file
+    ``index.faiss`` is walked by :func:`retrieval.versions.check_faiss_file` and matched against its manifest
+    (``dim``, ``size``) before FAISS reads it: a truncated, forged or swapped file is rebuilt from the vectors,
+    never loaded."""
+    prev_ann = prev_manifest.get("ann") or {}
+    from retrieval.versions import IndexLoadError, check_faiss_file, check_index_matches
 
     if prev_dir is None or not (prev_dir / "index.faiss").is_file() or not prev_ann:
         return "no previous index"
@@ -86,7 +88,7 @@ def _rebuild_reason(prev_dir: Path | None, prev_ann: dict, kind: str, cfg: Index
     if changed:
         return f"settings changed ({', '.join(changed)})"
     try:
-        check_faiss_file(prev_dir / "index.faiss")
+        check_index_matches(check_faiss_file(prev_dir / "index.faiss"), prev_manifest, prev_dir / "index.faiss")
     except IndexLoadError as exc:
         return f"previous index.faiss unreadable ({str(exc)[:160]})"
     return None

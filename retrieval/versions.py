@@ -169,7 +169,7 @@ def load_version(index_root: str | os.PathLike, version: str | None = None
     manifest = read_manifest(index_root, version)
     faiss_path = d / "index.faiss"
     shape = check_faiss_file(faiss_path)  # before faiss allocates what a forged header declares
-    _check_index_matches(shape, manifest, faiss_path)
+    check_index_matches(shape, manifest, faiss_path)
     try:
         index = faiss.read_index(str(faiss_path))
     except (RuntimeError, MemoryError) as exc:  # faiss reports a truncated or foreign file this way
@@ -471,9 +471,12 @@ def check_faiss_file(path: str | os.PathLike) -> FaissShape:
     return shape
 
 
-def _check_index_matches(shape: FaissShape, manifest: dict, path: Path) -> None:
+def check_index_matches(shape: FaissShape, manifest: dict, path: Path) -> None:
     """The index at ``path`` is the one ``manifest`` records: its dimension ``dim`` and its live vectors
-    ``size`` (ntotal less the HNSW tombstones ``ann.tombstones``), where the manifest records them."""
+    ``size`` (ntotal less the HNSW tombstones ``ann.tombstones``), where the manifest records them.
+
+    Raises:
+        IndexLoadError: naming ``path`` and the field that differs."""
     if "dim" in manifest and shape.d != manifest["dim"]:
         raise IndexLoadError(f"{path}: vectors of dimension {shape.d}, the manifest records dim {manifest['dim']}")
     if "size" in manifest:

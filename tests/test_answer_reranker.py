@@ -137,6 +137,28 @@ def test_a_scorer_fitted_on_the_cross_encoder_is_refused_without_it_and_rolls_ba
     assert "answer_reranker" in res["serving_parts"]["answer_scorer"]["refused"]
     with pytest.raises(ScorerMissingError):
         SearchBackend(idx, res["version"], tokenizer=published["tok"]).scorer
+    # a scorer given directly is checked against the version too: v2 (serving now) holds no cross-encoder
+    scorer = SearchBackend(idx, "v1", tokenizer=published["tok"]).scorer
+    with pytest.raises(ScorerMissingError, match="does not hold"):
+        Answerer(published["data"], scorer=scorer, tokenizer=published["tok"]).answer("数据要素第7项要完善什么？")
+    # and a version whose manifest lost its cross-encoder (edited by hand) refuses to serve its scorer
+    man_path = idx / "v1" / "manifest.json"
+    original = man_path.read_text(encoding="utf-8")
+    man = json.loads(original)
+    del man["parts"]["answer_reranker"]
+    man_path.write_text(json.dumps(man), encoding="utf-8")
+    with pytest.raises(ScorerMissingError, match="does not hold"):
+        SearchBackend(idx, "v1", tokenizer=published["tok"]).scorer
+    man_path.write_text(original, encoding="utf-8")
     rollback(idx, "v1")  # the rollback restores the scorer with its cross-encoder
     out = Answerer(published["data"], tokenizer=published["tok"]).answer("统一大市场第2项要完善什么？", k=1)
     assert out["version"] == "v1" and out["answers"]
+
+
+def test_training_sources_are_checked_before_any_work(tmp_path, capsys):
+    from flows.train_reranker import main
+
+    assert main(["--data-dir", str(tmp_path / "none"), "--sources", "ncpqa,bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert main(["--data-dir", str(tmp_path / "none"), "--sources", ","]) == 2
+    assert "(none)" in capsys.readouterr().err
