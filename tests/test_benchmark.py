@@ -339,6 +339,7 @@ def test_word_add_above_off_leaves_the_upper_layers_to_the_body(tmp_path):
     assert not torch.allclose(outs[True], ref, atol=1e-2)
 
 
+@pytest.mark.slow  # trains a tiny model per benchmark job (~40 s on 2 cores)
 def test_bench_runner_saves_vocabs_runs_jobs_and_renders_the_table(bench_root, tiny_bert, tmp_path):
     """``bench/benchmark_run.py`` without Prefect: per-task vocabularies from the train splits, two runs as
     parallel child processes (one JSON line each), then the Markdown table beside the baselines."""

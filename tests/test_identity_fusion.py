@@ -62,6 +62,7 @@ def _policybert(e5, body, matcher, fusion: str):
     return model.eval()
 
 
+@pytest.mark.slow  # the converted e5 body per fusion kind (~13 s for the three on 2 cores)
 @pytest.mark.parametrize("fusion", ["none", "gate", "attn"])
 def test_identity_fusion_outputs_the_body(e5, setup, fusion):
     stream, matcher, ex, body = setup

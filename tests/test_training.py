@@ -248,6 +248,7 @@ json.dump({{"evals": len(calls), "steps": run["steps"], "processes": run["proces
     assert json.loads((tmp_path / "state" / "trainer_state" / "position.json").read_text())["step"] == 10
 
 
+@pytest.mark.slow  # two pretraining runs and a resume (~20 s on 2 cores)
 def test_pretraining_on_a_streamed_table_resumes_exactly(tmp_path):
     """Pretraining reads its epochs through ShardedExamples (a few shards held, shard-window order per
     (seed, epoch)); killed mid-epoch and resumed from the saved position (with 2 DataLoader worker
