@@ -1,13 +1,14 @@
 """Does the cross-encoder's sentence score help the answer scorer? (SPEC §9; :mod:`answers.rerank_features`)
 
     python bench/answer_ce_bench.py --data-dir DATA_NCPQA --reranker DIR [--version v3] [--examples CACHE.pkl]
-        [--threads 2] [--out FILE.json]
+        [--threads 2] [--cross-fit STEPS] [--out FILE.json]
 
 On the answer evaluation's split (NCPQA, by document, test share 0.3, seed 13: ``flows.answer_eval``), the same
 scorer recipe (:func:`answers.fit.fit_scorer`) is fitted on the training questions twice, with the span features
 of today and with them plus :data:`answers.rerank_features.CE_FEATURES` (the reranker ``DIR``, a cross-encoder
 part trained on the training documents' questions alone: ``flows.train_reranker --sources ncpqa-sentence``), and
-both are measured on the held-out questions, with the paired difference of hit@1 (questions won / lost). The examples (search, candidates, features: minutes) are cached in
+both are measured on the held-out questions, with the paired difference of hit@1 (questions won / lost); with
+``--cross-fit`` a third scorer reads cross-fitted features (:func:`cross_fitted`). The examples (search, candidates, features: minutes) are cached in
 ``--examples``.
 """
 from __future__ import annotations
@@ -43,14 +44,45 @@ def examples(data_dir: str, version: str | None, cache: str | None, log=print):
 
 
 def with_ce(exs: list, ce) -> list:
-    """Each (row, Prepared) with the CE_FEATURES columns appended to its span matrix."""
+    """Each (row, Prepared) with the CE_FEATURES columns appended to its span matrix; ``ce``: a cross-encoder,
+    or a function row -> the (question, sentences) -> scores function to use for that row."""
     from answers.rerank_features import ce_matrix, sentence_scores
 
     out = []
     for row, prep in exs:
-        scores = sentence_scores(prep.question, prep.docs, ce.score)
+        score = ce.score if hasattr(ce, "score") else ce(row)
+        scores = sentence_scores(prep.question, prep.docs, score)
         out.append((row, replace(prep, span_x=np.hstack([prep.span_x, ce_matrix(prep.docs, scores)]))))
     return out
+
+
+def cross_fitted(backend, q, tr: list, te: list, steps: int, log=print) -> tuple[list, list, dict]:
+    """Cross-fitted features (the stacking remedy): the training documents split in two (seeded); a
+    cross-encoder trained on each half's questions (sentence groups, the ``flows.train_reranker --sources
+    ncpqa-sentence`` recipe at ``steps``) scores the other half's training examples; held-out examples get the
+    mean of the two. Returns (train examples, test examples, training records)."""
+    from answers.candidates import sentence_offsets
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, TrainConfig, train
+    from retrieval.rerank_data import ncpqa_sentence_groups, to_groups
+
+    train_q = q[(q["split"] == "train") & q["doc_id"].map(lambda d: isinstance(d, str))]
+    docs = np.random.default_rng(13).permutation(sorted(set(train_q["doc_id"])))
+    fold = {d: i % 2 for i, d in enumerate(docs)}
+    texts = dict(zip(backend.bundle.texts["doc_id"], backend.bundle.texts["text"]))
+    ces, records = [], []
+    for k in (0, 1):
+        part = train_q[train_q["doc_id"].map(fold) == k]
+        groups = ncpqa_sentence_groups(part, texts, backend.tokenize, sentence_offsets)
+        ce = CrossEncoder.from_encoder(backend.bundle.retriever.encoder, backend.model_id,
+                                       CrossEncoderConfig(layers=4, max_len=128, max_query=48))
+        records.append({"fold": k, "groups": len(groups), **train(
+            ce, to_groups(groups), TrainConfig(steps=steps, batch=8, negatives=7, lr=5e-5, max_seconds=3600),
+            log=lambda m: log(f"fold {k}: {m}") if m.startswith("step 1:") or "00:" in m else None)})
+        log(f"fold {k}: {records[-1]}")
+        ces.append(ce)
+    other = lambda row: ces[1 - fold.get(row.doc_id, 0)].score  # noqa: E731 (the half that did not see it)
+    mean = lambda qn, ts: (ces[0].score(qn, ts) + ces[1].score(qn, ts)) / 2  # noqa: E731
+    return with_ce(tr, other), with_ce(te, lambda row: mean), records
 
 
 def paired(a, b) -> dict:
@@ -67,6 +99,9 @@ def main(argv=None) -> int:
     ap.add_argument("--examples", default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cross-fit", type=int, default=0, metavar="STEPS",
+                    help="also train two cross-encoders on halves of the training documents (STEPS each) and "
+                         "measure the scorer on cross-fitted features")
     args = ap.parse_args(argv)
     import torch
 
@@ -92,7 +127,13 @@ def main(argv=None) -> int:
               "ce_feature_seconds": round(ce_secs, 1), "test_questions_with_scored_sentences": n_pairs,
               "table": [r0, r1], "paired_hit@1": paired(per0["hit1"], per1["hit1"]),
               "seconds": round(time.perf_counter() - t0, 1)}
-    for r in (r0, r1):
+    if args.cross_fit:
+        tr_x, te_x, recs = cross_fitted(backend, q, tr, te, args.cross_fit)
+        r2, per2 = evaluate_scorer(te_x, fit_scorer(tr_x), "scorer + cross-fitted cross-encoder features")
+        report["table"].append(r2)
+        report.update(cross_fit=recs, paired_hit1_cross_fit=paired(per0["hit1"], per2["hit1"]))
+        print(f"paired hit@1 (cross-fitted CE vs today): {report['paired_hit1_cross_fit']}")
+    for r in report["table"]:
         print(f"{r['system']:45s} hit@1 {r['hit@1']:.3f}  hit@3 {r['hit@3']:.3f}  char-F1 {r['char_f1']:.3f}  "
               f"EM {r['exact_match']:.3f}  ({r['questions']} held-out questions)")
     print(f"paired hit@1 (CE vs today): {report['paired_hit@1']}")
