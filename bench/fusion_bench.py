@@ -9,15 +9,23 @@ would be 0.8 GB), the same train rows, steps, batch, lr, seed and max length (pi
 layer (started from char layer 0, word rows from the mean of their pieces, as ``model.benchmark.runner``),
 ``fusion_init="identity"``. Best-by-dev (dev every steps/3), then test; printed beside the majority and
 overlap-LR baselines (:mod:`model.baselines`) fitted on the same train rows. ``--threads`` (default 1); writes ``--out`` (JSON).
+
+On a lent GPU: ``--device cuda`` (bf16 autocast, :func:`model.training.autocast`), ``--train-rows 0`` (the whole
+train split), ``--steps 0 --epochs N`` (the epochs decide); each run then also reports train tokens/s (non-pad
+tokens of the train examples times epochs run, over the training seconds, dev evaluations included) and peak
+GPU memory (GiB, ``torch.cuda.max_memory_allocated``).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def build(kind: str, e5: str, layers: int, matcher, stream, max_words: int):
@@ -49,14 +57,23 @@ def run(kind: str, args, data: dict, stream, matcher) -> dict:
     torch.manual_seed(args.seed)
     model = build(kind, args.e5, args.layers, matcher, stream, args.max_words)
     fn = BatchCollator(kind != "plain", args.max_words, stream.pad)
-    cfg = TrainConfig(max_steps=args.steps, batch_size=args.batch, eval_batch_size=64, lr=args.lr, seed=args.seed,
-                      device="cpu", log_every=max(1, args.steps // 5), save_every=0, eval_every=max(1, args.steps // 3))
+    steps = args.steps or args.epochs * -(-len(data["train"]) // args.batch)
+    cfg = TrainConfig(max_steps=args.steps or None, epochs=args.epochs, batch_size=args.batch, eval_batch_size=64,
+                      lr=args.lr, seed=args.seed, device=args.device, log_every=max(1, steps // 5), save_every=0,
+                      eval_every=max(1, steps // 3))
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     out = train(model, data["train"], fn, cfg, print,
                 evaluate=lambda m: evaluate_classifier(m, data["dev"], fn, cfg), best_metric="accuracy")
-    return {"model": kind, "best_step": out["best"]["step"] if out["best"] else None,
+    train_s = time.perf_counter() - t0
+    tokens = sum(len(e["input_ids"]) for e in data["train"]) * out["steps"] * args.batch / max(1, len(data["train"]))
+    return {"model": kind, "best_step": out["best"]["step"] if out["best"] else None, "steps": out["steps"],
             "dev": evaluate_classifier(model, data["dev"], fn, cfg),
-            "test": evaluate_classifier(model, data["test"], fn, cfg), "seconds": time.perf_counter() - t0}
+            "test": evaluate_classifier(model, data["test"], fn, cfg), "seconds": time.perf_counter() - t0,
+            "train_tokens_per_s": tokens / train_s,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--max-len", type=int, default=64)
     ap.add_argument("--max-words", type=int, default=24)
-    ap.add_argument("--eval", type=int, default=500, help="dev/test rows (seeded samples)")
+    ap.add_argument("--eval", type=int, default=500, help="dev/test rows (seeded samples; 0 = all)")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--out", default="fusion_bench.json")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda (bf16 autocast) or auto")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the train rows (with --steps 0)")
+    ap.add_argument("--train-rows", type=int, default=None,
+                    help="train rows drawn (default steps x batch; 0 = the whole split)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -84,11 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     from model.tokens import load_stream
 
     stream, matcher = load_stream(args.e5), WordMatcher.from_file(args.word_vocab)
-    split = {"train": read_split(args.dataset, "train", args.steps * args.batch, args.seed),
-             **{s: read_split(args.dataset, s, args.eval, args.seed) for s in ("dev", "test")}}
+    n_train = args.steps * args.batch if args.train_rows is None else (args.train_rows or None)
+    split = {"train": read_split(args.dataset, "train", n_train, args.seed),
+             **{s: read_split(args.dataset, s, args.eval or None, args.seed) for s in ("dev", "test")}}
     data = {s: encode_pairs(df, stream, matcher, args.max_len, args.max_words, args.seed) for s, df in split.items()}
     baselines = pair_baselines(split)
-    budget = {k: getattr(args, k) for k in ("layers", "steps", "batch", "lr", "max_len", "max_words", "eval", "seed")}
+    budget = {k: getattr(args, k) for k in ("layers", "steps", "epochs", "batch", "lr", "max_len", "max_words", "eval",
+                                            "seed", "device")}
     budget.update(threads=args.threads, frozen="token embeddings", tokens="e5 pieces", train_rows=len(split["train"]))
     rows = []
     for k in args.models.split(","):  # the file after every model: a long run leaves what it finished
