@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def table_from_runs(paths: list[str], budget_name: str, data: str | None) -> str:
-    """The :mod:`model.benchmark.report` table of JSON-line runs (this script's output) beside the baselines of
+    """The :mod:`evaluation.benchmark_table` table of JSON-line runs (this script's output) beside the baselines of
     each task, computed here on the splits the runs used (the budget's caps).
 
     The title names the first run's budget; a task whose runs used another (e.g. fewer epochs) says so in its
@@ -71,7 +71,7 @@ def table_from_runs(paths: list[str], budget_name: str, data: str | None) -> str
     import pandas as pd
 
     from model.benchmark.baselines import run_baselines
-    from model.benchmark.report import long_rows, markdown, summary
+    from evaluation.benchmark_table import long_rows, markdown, summary
 
     runs = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines() if line]
     if not runs or any(not {"task", "variant", "seed", "test", "budget", "seconds", "train_rows", "test_rows"} <= set(r) for r in runs):

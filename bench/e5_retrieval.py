@@ -48,9 +48,10 @@ def ncpqa(qa: Path, chunked: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def lecoqa(qa: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(questions, pool) of LeCoQA as :mod:`retrieval.qa_eval` loads them (title+article)."""
-    from retrieval.qa_eval import load_pool, load_questions
+    from evaluation.sets import LecoqaLoader
 
-    return load_questions(qa / "lecoqa_train.jsonl"), load_pool(qa / "statutes.jsonl")
+    s = LecoqaLoader(qa / "lecoqa_train.jsonl", qa / "statutes.jsonl").load(None)
+    return s.splits["all"], s.pool
 
 
 def prepare(qa: Path, cfg) -> dict:

@@ -14,6 +14,10 @@ On a lent GPU: ``--device cuda`` (bf16 autocast, :func:`model.training.autocast`
 train split), ``--steps 0 --epochs N`` (the epochs decide); each run then also reports train tokens/s (non-pad
 tokens of the train examples times epochs run, over the training seconds, dev evaluations included) and peak
 GPU memory (GiB, ``torch.cuda.max_memory_allocated``).
+
+``--table RUN.json [...]`` renders runs (one file per seed, or per model) through :mod:`evaluation.report`: test
+accuracy and F1 as mean ± std over seeds, each fusion's difference to plain and whether it exceeds 2 std, beside
+the baselines of the same rows (``--out`` a folder: ``runs.jsonl`` + ``report.md``); no training.
 """
 from __future__ import annotations
 
@@ -76,11 +80,35 @@ def run(kind: str, args, data: dict, stream, matcher) -> dict:
             "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
 
 
+def report_rows(files: list[str]) -> list[dict]:
+    """Long rows (:func:`evaluation.report.long_rows`, set ``policysm1``) of run files: each model's test
+    accuracy and F1 per seed, and each file's baselines (overlap LR, majority) once per seed."""
+    from evaluation.report import long_rows
+
+    rows, baselines_seen = [], set()
+    for f in files:
+        d = json.loads(Path(f).read_text(encoding="utf-8"))
+        b = d["budget"]
+        extra = {"train_rows": b.get("train_rows"), "test_rows": d["runs"][0]["test"].get("examples", 0) if d["runs"]
+                 else 0, "split": f"{b.get('steps') or str(b.get('epochs')) + ' epoch(s)'} x {b.get('batch')}, "
+                                  f"{b.get('layers')} layers, {b.get('device', 'cpu')}"}
+        for r in d["runs"]:
+            rows += long_rows("policysm1", r["model"], b["seed"], {k: r["test"][k] for k in ("accuracy", "f1")},
+                              seconds=r["seconds"], **extra)
+        if b["seed"] not in baselines_seen:
+            baselines_seen.add(b["seed"])
+            for name, key in (("overlap-lr", "overlap_lr"), ("majority", "majority")):
+                t = d["baselines"][key]["test"]
+                rows += long_rows("policysm1", name, b["seed"], {k: t[k] for k in ("accuracy", "f1")}, **extra)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dataset", required=True, help="PolicySM-1 table folder (split=train/dev/test)")
-    ap.add_argument("--e5", required=True, help="converted e5 checkpoint (python -m model.e5 convert)")
-    ap.add_argument("--word-vocab", required=True, help="word vocabulary, one word a line")
+    ap.add_argument("--table", nargs="+", default=None, metavar="RUN.json", help="render these runs; no training")
+    ap.add_argument("--dataset", help="PolicySM-1 table folder (split=train/dev/test)")
+    ap.add_argument("--e5", help="converted e5 checkpoint (python -m model.e5 convert)")
+    ap.add_argument("--word-vocab", help="word vocabulary, one word a line")
     ap.add_argument("--models", default="plain,gate,attn")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=150)
@@ -97,6 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-rows", type=int, default=None,
                     help="train rows drawn (default steps x batch; 0 = the whole split)")
     args = ap.parse_args(argv)
+    if args.table:
+        from evaluation.report import markdown, summary, write_report
+
+        rows = report_rows(args.table)
+        if args.out.endswith(".json"):
+            import pandas as pd
+
+            print(markdown(summary(pd.DataFrame(rows)), "PolicySM-1, test"))
+        else:
+            print(write_report(rows, args.out, "PolicySM-1, test")["report"].read_text(encoding="utf-8"))
+        return 0
+    if not (args.dataset and args.e5 and args.word_vocab):
+        ap.error("--dataset, --e5 and --word-vocab are needed to train (or --table to render runs)")
     torch.set_num_threads(args.threads)
 
     from model.baselines import pair_baselines

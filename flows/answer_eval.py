@@ -41,13 +41,13 @@ def prepare_sets(data_dir: str, questions: str, test_share: float, seed: int, lo
     from answers.answer import AnswerConfig
     from answers.backend import SearchBackend
     from answers.fit import build_examples
-    from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
+    from answers.ncpqa import duplicate_targets
+    from evaluation.sets import NcpqaLoader
 
     cfg = AnswerConfig()
     backend = SearchBackend(Path(data_dir) / "index", version)
     store = backend.store  # the texts the index version's offsets point into
-    q = locate_gold(load_questions(questions), store, duplicate_targets(data_dir))
-    q["split"] = split_by_document(q, test_share, seed)
+    q = NcpqaLoader(questions).load(store, duplicate_targets(data_dir), test_share, seed).splits["all"]
     train, test = q[q["split"] == "train"], q[q["split"] == "test"]
     log(f"{len(q)} questions: {len(train)} train / {len(test)} test (split by document, seed {seed}); gold "
         f"documents {q['gold_via'].value_counts().to_dict()}; {int((q['gold_start'] < 0).sum())} without a gold "

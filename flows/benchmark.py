@@ -115,12 +115,12 @@ def benchmark_flow(tasks: list[str], model_dir: str | None, fusions: list[str], 
     """Per task: load (fallback splits), cap to the budget, baselines, then every model row x seed (seeds 13,
     14, ...), on sequence tasks also each row with QV-attention on its last ``qv_layers`` layers; write
     ``out/benchmark.parquet`` and ``out/benchmark.md`` atomically and the ``benchmark`` table artifact. Returns the
-    summary table (:func:`model.benchmark.report.summary`, QV rows compared by :func:`qv_versus_base`)."""
+    summary table (:func:`evaluation.benchmark_table.summary`, QV rows compared by :func:`qv_versus_base`)."""
     import pandas as pd
 
     from model.benchmark.data import cap, load_task
     from model.benchmark.inputs import word_matcher
-    from model.benchmark.report import long_rows, markdown, summary
+    from evaluation.benchmark_table import long_rows, markdown, summary
     from model.benchmark.runner import BUDGETS, variants_for
     from storage.atomic import atomic_path
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry: validate (exit 2 with ``error: …``), run the flow, print the Markdown table."""
     from transformers.utils import logging as hf_logging
 
-    from model.benchmark.report import markdown
+    from evaluation.benchmark_table import markdown
 
     args = cli_args(argv)
     hf_logging.set_verbosity_error()

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     # loaded after the arguments are checked: a wrong path is answered without loading torch and the models
     from transformers.utils import logging as hf_logging
 
-    from retrieval.qa_eval import (QAEvalConfig, dense_system, evaluate_qa, format_table, load_pool, load_questions,
+    from evaluation.sets import LecoqaLoader, read_questions
+    from retrieval.qa_eval import (QAEvalConfig, dense_system, evaluate_qa, format_table,
                                    write_results)
     from retrieval.fusion import FusionConfig
     from retrieval.query_tuning import QueryTuneConfig
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         systems.append(dense_system("untrained", args.model, untrained=True, batch_size=args.batch_size))
     for i, d in enumerate(args.retrieval_model):
         systems.append(dense_system("retrieval" if i == 0 else f"retrieval{i + 1}", d, batch_size=args.batch_size))
-    tune = load_questions(args.tune_queries) if args.tune_queries else None
-    table, info = evaluate_qa(load_questions(args.questions, cfg.max_questions), load_pool(args.pool, cfg.pool_text),
+    tune = read_questions(args.tune_queries) if args.tune_queries else None
+    qa_set = LecoqaLoader(args.questions, args.pool).load(None, pool_text=cfg.pool_text, max_questions=cfg.max_questions)
+    table, info = evaluate_qa(qa_set.splits["all"], qa_set.pool,
                               systems, cfg, cache_dir=args.cache_dir or Path(args.out) / "cache", tune_questions=tune)
     path = write_results(table, info, cfg, args.out)
     print(format_table(table))

@@ -35,22 +35,20 @@ CORPUS = REPO.parent / "shared" / "corpus" / "policy_docs.csv"
 def ncpqa_questions(bundle, data_dir: str, qa: Path, seed: int = 13) -> pd.DataFrame:
     """NCPQA questions with gold located in the version's texts and the answer evaluation's split column."""
     from answers.documents import DocumentStore
-    from answers.ncpqa import duplicate_targets, load_questions, locate_gold, split_by_document
+    from answers.ncpqa import duplicate_targets
+    from evaluation.sets import NcpqaLoader
 
     store = DocumentStore.from_frame(bundle.texts)
-    q = locate_gold(load_questions(qa / "ncpqa_questions.jsonl"), store, duplicate_targets(data_dir))
-    return q.assign(split=split_by_document(q, 0.3, seed))
+    return NcpqaLoader(qa / "ncpqa_questions.jsonl").load(store, duplicate_targets(data_dir), 0.3, seed).splits["all"]
 
 
 def lecoqa_sets(qa: Path, tokenize, seed: int = 13):
     """(LeCoQA questions with a split column, the statute pool, ``search_rows(queries, k)`` over its BM25)."""
-    from retrieval.qa_eval import load_pool
-    from retrieval.rerank_data import lecoqa_split
+    from evaluation.sets import LecoqaLoader
     from retrieval.sparse import SparseIndex
 
-    lq = pd.read_json(qa / "lecoqa_train.jsonl", lines=True, dtype={"qid": str})
-    lq = lq.assign(split=lecoqa_split(lq, 0.2, seed))
-    pool = load_pool(qa / "statutes.jsonl")
+    s = LecoqaLoader(qa / "lecoqa_train.jsonl", qa / "statutes.jsonl").load(0.2, seed)
+    lq, pool = s.splits["all"], s.pool
     sp = SparseIndex.build(tokenize(pool["text"].tolist()))
     return lq, pool, sp, (lambda qs, k: [sp.top(t, k)[0].tolist() for t in tokenize(list(qs))])
 

@@ -118,25 +118,6 @@ def _titled(chunk: str, title: str) -> str:
     return chunk if not title or chunk.startswith(title) else f"{title}\n{chunk}"
 
 
-def load_questions(path: str | os.PathLike, max_questions: int | None = None) -> pd.DataFrame:
-    """qid, query (the question), gold (list of doc ids): from ``gold_article_ids`` (LeCoQA) or ``doc_id``
-    (NCPQA, one gold document per question).
-
-    Raises:
-        ValueError: neither gold column.
-    """
-    df = pd.read_json(path, lines=True)
-    if max_questions:
-        df = df.head(max_questions)
-    if "gold_article_ids" in df.columns:
-        gold = df["gold_article_ids"].map(lambda g: [str(x) for x in g])
-    elif "doc_id" in df.columns:
-        gold = df["doc_id"].map(lambda d: [str(d)])
-    else:
-        raise ValueError(f"{path}: questions need a gold_article_ids or a doc_id column")
-    return pd.DataFrame({"qid": df["qid"], "query": df["question"], "gold": gold})
-
-
 def mined_pool_queries(pool: pd.DataFrame, cfg: FusionConfig) -> pd.DataFrame:
     """Self-supervised fit queries of the pool: the lead clause of each article body (no titles: a law title
     is shared by all its articles). Columns query, doc_id, kind, gold."""

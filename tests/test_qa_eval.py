@@ -49,7 +49,8 @@ def test_qa_eval_tunes_the_query_side_cross_fitted(tmp_path):
     """``--tune-queries`` on the evaluated questions themselves: every question is reported once, by a fold
     that did not train on it; a documents pool (doc_id, text, title) is chunked with titles; convex fusion."""
     from flows.qa_eval import main
-    from retrieval.qa_eval import load_pool, load_questions
+    from evaluation.sets import read_questions as load_questions
+    from retrieval.qa_eval import load_pool
     from tests.retrieval_builders import policy_docs, save_tiny_bert
 
     docs = policy_docs().assign(text=lambda d: d["text"] * 2)  # ~1,300 chars: two chunks each
