@@ -171,7 +171,8 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     if reranker is not None:
         from answers.rerank_features import ce_matrix, sentence_scores
 
-        scores = sentence_scores(question, docs, reranker.score, cfg.focus_sentences or 3, cfg.focus_after)
+        top = cfg.focus_sentences or AnswerConfig.focus_sentences  # 0 ("every sentence") scores the default few
+        scores = sentence_scores(question, docs, reranker.score, top, cfg.focus_after)
         span_x = np.hstack([span_x, ce_matrix(docs, scores)])
     span_doc = np.concatenate([np.full(len(d.spans), g, dtype=int) for g, d in enumerate(docs)] or [np.zeros(0, int)])
     return Prepared(question, docs, doc_features(docs, q, best), span_x, span_doc, [sp for d in docs for sp in d.spans])

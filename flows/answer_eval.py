@@ -149,6 +149,26 @@ def cross_validation(backend, store, q, tr, seeds: int, log=print) -> dict:
     return cv
 
 
+def check_installable(data_dir: str, version: str | None = None) -> None:
+    """Refuse ``--install`` before any fitting (from the manifest alone) when the version holds an answer
+    cross-encoder the pipeline does not ship: a scorer fitted on it would read that part, and every later
+    version, published without it, would refuse the scorer.
+
+    Raises:
+        ValueError: as above, with the reason.
+    """
+    from flows.profiles import PipelineConfig
+    from retrieval.versions import current_version, read_manifest
+
+    index = Path(data_dir) / "index"
+    name = version or current_version(index)
+    rec = (read_manifest(index, name).get("parts") or {}).get("answer_reranker") if name else None
+    if isinstance(rec, dict) and "refused" not in rec and not PipelineConfig().answer_reranker:
+        raise ValueError("--install: this version's scorer would read its answer cross-encoder, which the "
+                         "pipeline does not ship (PipelineConfig.answer_reranker is empty): every later "
+                         "version would refuse it; evaluate without --install")
+
+
 def run(data_dir: str, questions: str, test_share: float, seed: int, install: bool, log=print,
         cv_seeds: int = 0, refit: str = "all") -> dict:
     """Fit on the train documents' questions, evaluate on the test documents'; with ``cv_seeds``, first the
@@ -162,14 +182,9 @@ def run(data_dir: str, questions: str, test_share: float, seed: int, install: bo
     if refit not in ("all", "train"):
         raise ValueError(f"refit = {refit!r}: 'all' or 'train'")
     t0 = time.perf_counter()
+    if install:
+        check_installable(data_dir)
     backend, store, q, tr, te = prepare_sets(data_dir, questions, test_share, seed, log)
-    if install and backend.bundle.has_part("answer_reranker"):
-        from flows.profiles import PipelineConfig
-
-        if not PipelineConfig().answer_reranker:
-            raise ValueError("--install: this version's scorer would read its answer cross-encoder, which the "
-                             "pipeline does not ship (PipelineConfig.answer_reranker is empty): every later "
-                             "version would refuse it; evaluate without --install")
     cv = cross_validation(backend, store, q, tr, cv_seeds, log) if cv_seeds > 0 else None
     more = fit_examples(q[q["split"] == "test"], backend, store, log) if refit == "all" else None
     report = fit_and_report(data_dir, backend, store, q, tr, te, seed, test_share, install, log, cv, more)

@@ -119,6 +119,10 @@ def test_the_scorer_fitted_in_the_stage_reads_the_pinned_cross_encoder(published
     assert published["stats"]["loss_last"] < published["stats"]["loss_first"]
     out = Answerer(published["data"], tokenizer=published["tok"]).answer("数据要素第7项要完善什么？", k=2)
     assert out["answers"] and out["version"] == "v1"
+    from flows.answer_eval import check_installable
+
+    with pytest.raises(ValueError, match="does not ship"):  # refused from the manifest, before any fitting
+        check_installable(published["data"])
 
 
 @pytest.mark.slow  # shares the fixture above
@@ -135,6 +139,9 @@ def test_a_scorer_fitted_on_the_cross_encoder_is_refused_without_it_and_rolls_ba
     res = index_stage(published["clean"], published["ckpt"], idx, ChunkConfig(max_chars=120, overlap=30),
                       tokenizer=published["tok"], answer_scorer=scorer_file)  # no answer_reranker given
     assert "answer_reranker" in res["serving_parts"]["answer_scorer"]["refused"]
+    from flows.answer_eval import check_installable
+
+    check_installable(published["data"])  # v2 serves without a cross-encoder: a scorer fitted there may ship
     with pytest.raises(ScorerMissingError):
         SearchBackend(idx, res["version"], tokenizer=published["tok"]).scorer
     # a scorer given directly is checked against the version too: v2 (serving now) holds no cross-encoder
