@@ -6,10 +6,12 @@ and restore it there with the same token ids.
 
 ``pack`` keeps the token-embedding rows of every id the given texts can reach, and every other tensor, in fp16
 (``body.safetensors`` with the kept ids under ``carry.row_ids``); ``tokenizer.json`` is xz-compressed; the small
-JSON files are copied. A text reaches the ids of its own tokenization and of each of its characters alone
-(:func:`model.benchmark.runner.init_word_encoder` starts word rows from per-character ids). Inputs: text or JSON
-lines files (each line tokenized whole), or Parquet table folders (:func:`storage.read_table`; every string
-column). e5-small: 12 layers in fp16 are 42 MB; its 250k-row embedding (192 MB in fp16) shrinks to the few
+JSON files are copied. A text reaches the ids of its own tokenization and of each of its characters tokenized
+alone. Inputs: plain text files (each line a text), JSON Lines files (``.jsonl``: every string value of every
+record a text, lists and nested records included), or Parquet table folders (:func:`storage.tables.read_table`;
+every string column). Pass the word vocabularies too (one word a line): a new word encoder starts each word's
+row from the pieces of the word tokenized alone (:func:`model.benchmark.runner.init_word_encoder`), which a
+sentence's tokenization need not produce. e5-small: 12 layers in fp16 are 42 MB; its 250k-row embedding (192 MB in fp16) shrinks to the few
 thousand rows a task's texts use.
 
 ``unpack`` writes a checkpoint folder whose ``model.safetensors`` is fp32 at the full vocabulary size, the rows
@@ -33,7 +35,24 @@ EMB = "embeddings.word_embeddings.weight"
 ROWS = "carry.row_ids"
 
 
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
 def _lines(path: Path):
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    yield from _strings(json.loads(line))
+        return
     if path.is_dir():
         import pandas as pd
 
@@ -58,7 +77,8 @@ def reachable_ids(model_dir: Path, inputs: list[Path]) -> set[int]:
     for p in inputs:
         for line in _lines(p):
             ids.update(stream.tokens(line).ids)
-            ids.update(stream.ids(sorted(set(line))))
+            for c in set(line):
+                ids.update(stream.ids([c]))
     return ids
 
 

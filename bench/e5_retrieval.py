@@ -47,7 +47,8 @@ def ncpqa(qa: Path, chunked: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def lecoqa(qa: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(questions, pool) of LeCoQA as :mod:`retrieval.qa_eval` loads them (title+article)."""
+    """(questions, pool) of LeCoQA as the evaluation harness loads them (:class:`evaluation.sets.LecoqaLoader`,
+    title+article, one split)."""
     from evaluation.sets import LecoqaLoader
 
     s = LecoqaLoader(qa / "lecoqa_train.jsonl", qa / "statutes.jsonl").load(None)

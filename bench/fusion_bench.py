@@ -15,7 +15,7 @@ train split), ``--steps 0 --epochs N`` (the epochs decide); each run then also r
 tokens of the train examples times epochs run, over the training seconds, dev evaluations included) and peak
 GPU memory (GiB, ``torch.cuda.max_memory_allocated``).
 
-``--table RUN.json [...]`` renders runs (one file per seed, or per model) through :mod:`evaluation.report`: test
+``--table RUN.json [...]`` renders runs (one file per seed or per model, or one file holding a dict of runs) through :mod:`evaluation.report`: test
 accuracy and F1 as mean ± std over seeds, each fusion's difference to plain and whether it exceeds 2 std, beside
 the baselines of the same rows (``--out`` a folder: ``runs.jsonl`` + ``report.md``); no training.
 """
@@ -65,7 +65,9 @@ def run(kind: str, args, data: dict, stream, matcher) -> dict:
     cfg = TrainConfig(max_steps=args.steps or None, epochs=args.epochs, batch_size=args.batch, eval_batch_size=64,
                       lr=args.lr, seed=args.seed, device=args.device, log_every=max(1, steps // 5), save_every=0,
                       eval_every=max(1, steps // 3))
-    cuda = args.device.startswith("cuda")
+    from model.training import resolve_device
+
+    cuda = resolve_device(args.device).type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
@@ -86,8 +88,9 @@ def report_rows(files: list[str]) -> list[dict]:
     from evaluation.report import long_rows
 
     rows, baselines_seen = [], set()
-    for f in files:
-        d = json.loads(Path(f).read_text(encoding="utf-8"))
+    loaded = [json.loads(Path(f).read_text(encoding="utf-8")) for f in files]
+    runs = [d for x in loaded for d in ([x] if "budget" in x else x.values())]  # one run, or a dict of runs
+    for d in runs:
         b = d["budget"]
         extra = {"train_rows": b.get("train_rows"), "test_rows": d["runs"][0]["test"].get("examples", 0) if d["runs"]
                  else 0, "split": f"{b.get('steps') or str(b.get('epochs')) + ' epoch(s)'} x {b.get('batch')}, "
@@ -146,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     from model.tokens import load_stream
 
     stream, matcher = load_stream(args.e5), WordMatcher.from_file(args.word_vocab)
-    n_train = args.steps * args.batch if args.train_rows is None else (args.train_rows or None)
+    if args.train_rows is None:
+        args.train_rows = args.steps * args.batch  # --steps 0 (the epochs decide) with no --train-rows: 0 = all
+    n_train = args.train_rows or None
     split = {"train": read_split(args.dataset, "train", n_train, args.seed),
              **{s: read_split(args.dataset, s, args.eval or None, args.seed) for s in ("dev", "test")}}
     data = {s: encode_pairs(df, stream, matcher, args.max_len, args.max_words, args.seed) for s, df in split.items()}

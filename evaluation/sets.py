@@ -121,13 +121,20 @@ class LecoqaLoader:
     def load(self, test_share: float | None = 0.2, seed: int = 13, pool_text: str = "title+article",
              max_questions: int | None = None) -> EvalSet:
         """Questions (first ``max_questions``) split train/test by gold-article set (``test_share``; None: one
-        split ``all``), and the pool (None without ``pool_file``)."""
+        split ``all``), and the pool (None without ``pool_file``).
+
+        Raises:
+            ValueError: a split asked of a file without ``gold_article_ids``; the readers' errors.
+        """
         from retrieval.qa_eval import load_pool
 
         q = read_questions(self.questions, max_questions)
         pool = load_pool(self.pool_file, pool_text) if self.pool_file else None
         files = _sources(self.questions, *([self.pool_file] if self.pool_file else []))
-        if test_share is None or "gold_article_ids" not in q.columns:
+        if test_share is not None and "gold_article_ids" not in q.columns:
+            raise ValueError(f"{self.questions}: a split by gold-article set needs gold_article_ids (LeCoQA); "
+                             f"load with test_share=None for one split 'all'")
+        if test_share is None:
             return EvalSet(self.name, self.kind, {"all": q}, files, tuple(q.columns), "no split", pool)
         from retrieval.rerank_data import lecoqa_split
 

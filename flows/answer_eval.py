@@ -155,7 +155,8 @@ def check_installable(data_dir: str, version: str | None = None) -> None:
     version, published without it, would refuse the scorer.
 
     Raises:
-        ValueError: as above, with the reason.
+        ValueError: as above, with the reason. FileNotFoundError / retrieval.versions.IndexLoadError: the
+            version's manifest is missing or unreadable (:func:`retrieval.versions.read_manifest`).
     """
     from flows.profiles import PipelineConfig
     from retrieval.versions import current_version, read_manifest

@@ -91,7 +91,7 @@ def load_pool(path: str | os.PathLike, pool_text: str = "title+article") -> pd.D
     """
     if pool_text not in ("title+article", "article"):
         raise ValueError(f"unknown pool_text {pool_text!r} (title+article, article)")
-    df = pd.read_json(path, lines=True)
+    df = pd.read_json(path, lines=True, dtype={"doc_id": str, "article_id": str})
     if {"doc_id", "text"} <= set(df.columns) and "article_id" not in df.columns:
         return _document_pool(df)
     if not {"article_id", "law_title", "text"} <= set(df.columns):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import re
 import sys
 
@@ -57,26 +58,39 @@ def test_packed_body_restores_bit_identical_on_its_texts(body, tmp_path):
 
     sents = _sentences(80)
     seen, unseen = sents[:60], sents[60:]
-    (tmp_path / "texts.txt").write_text("\n".join(seen), encoding="utf-8")
-    info = carry_body.pack(body, tmp_path / "packed", [tmp_path / "texts.txt"])
+    s_ref = load_stream(body)
+    # half the texts as plain lines, half as JSON Lines records whose text starts with 【 (a first piece such as
+    # ▁【 that the raw line, read after '"text": "', would never produce)
+    (tmp_path / "texts.txt").write_text("\n".join(seen[:30]), encoding="utf-8")
+    records = [{"id": i, "text": f"【{t}", "tags": [t[:4]]} for i, t in enumerate(seen[30:])]
+    (tmp_path / "texts.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                                          encoding="utf-8")
+    texts = seen[:30] + [r["text"] for r in records] + [r["tags"][0] for r in records]
+    info = carry_body.pack(body, tmp_path / "packed", [tmp_path / "texts.txt", tmp_path / "texts.jsonl"])
     full_bytes = (body / "model.safetensors").stat().st_size
     assert 0 < info["rows"] < 5000 and info["bytes"] < full_bytes / 3
     out = carry_body.unpack(tmp_path / "packed", tmp_path / "restored")
+
     ref, got = BertModel.from_pretrained(body).eval(), BertModel.from_pretrained(tmp_path / "restored").eval()
     assert out["vocab_size"] == ref.config.vocab_size == got.embeddings.word_embeddings.weight.shape[0]
     with torch.no_grad():
         for p in ref.parameters():
             p.copy_(p.half().float())
-    s_ref, s_got = load_stream(body), load_stream(tmp_path / "restored")
+    s_got = load_stream(tmp_path / "restored")
+    rows = got.embeddings.word_embeddings.weight
+    # expected independently of the code: each text's pieces, each of its chars tokenized alone
+    reach = {i for t in texts for i in s_ref.tokens(t).ids} | {i for t in texts for c in t
+                                                               for i in s_ref.tokenizer.encode(c, add_special_tokens=False).ids}
+    assert all(rows[i].abs().sum() > 0 for i in reach), "a reachable row was not carried"
+    first = {s_ref.tokens(r["text"]).ids[0] for r in records}
+    assert first and all(rows[i].abs().sum() > 0 for i in first)
     with torch.no_grad():
-        for t in seen:
+        for t in texts:
             ids = s_ref.tokens(t).ids
             assert ids == s_got.tokens(t).ids
             x = torch.tensor([[s_ref.cls, *ids, s_ref.sep]])
             assert torch.equal(ref(x).last_hidden_state, got(x).last_hidden_state)
         # a text outside the packed ones may reach a row that was not carried: that row is zero, not another's
-        rows = got.embeddings.word_embeddings.weight
-        missing = {i for t in unseen for i in s_ref.tokens(t).ids} - {i for t in seen for i in s_ref.tokens(t).ids}
-        missing -= set(s_ref.ids(sorted({c for t in seen for c in t})))
+        missing = {i for t in unseen for i in s_ref.tokens(t).ids} - reach
         assert missing, "the unseen sentences should reach pieces the seen ones do not"
         assert all(rows[i].abs().sum() == 0 for i in missing)

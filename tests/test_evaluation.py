@@ -90,6 +90,11 @@ def test_read_questions_refuses_bad_files_by_name(tmp_path):
     ok.write_text(json.dumps({"question": "怎么办", "doc_id": 7}, ensure_ascii=False) + "\n", encoding="utf-8")
     q = read_questions(ok)
     assert q[["qid", "query"]].values.tolist() == [["0", "怎么办"]] and q["gold"].iloc[0] == ["7"]
+    from evaluation.sets import LecoqaLoader
+
+    with pytest.raises(ValueError, match="gold_article_ids"):  # no gold-article sets to split a doc_id file by
+        LecoqaLoader(ok, None).load(test_share=0.2)
+    assert LecoqaLoader(ok, None).load(test_share=None).sizes() == {"all": 1}
 
 
 def test_report_writer_mean_std_reference_and_two_std_rule(tmp_path):
