@@ -18,6 +18,20 @@ _DUPLICATE_OF = re.compile(r"^duplicate of (\S+)$")
 QUESTION_FIELDS = ("qid", "question", "answer", "doc_id", "answer_start", "answer_end")
 
 
+def read_question_lines(path: str | os.PathLike, fmt: str = "") -> pd.DataFrame:
+    """A question file's JSON Lines as a frame, ``qid`` and ``doc_id`` read as strings.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: naming the file (and ``fmt``): not JSON Lines.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"question file {path} not found")
+    try:
+        return pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
+    except ValueError as exc:
+        raise ValueError(f"question file {path} is not JSON Lines{fmt} ({str(exc)[:120]})") from None
+
+
 def load_questions(path: str | os.PathLike) -> pd.DataFrame:
     """qid, question, answer, ext_doc (the question's document id in the shared file), answer_start, answer_end,
     from a question file in the NCPQA format (JSON Lines with :data:`QUESTION_FIELDS`, ``../shared/qa/README.md``).
@@ -25,12 +39,7 @@ def load_questions(path: str | os.PathLike) -> pd.DataFrame:
     Raises:
         FileNotFoundError: no such file. ValueError: naming the file: not JSON Lines, empty, or a field missing.
     """
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"question file {path} not found")
-    try:
-        df = pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
-    except ValueError as exc:
-        raise ValueError(f"question file {path} is not JSON Lines in the NCPQA format ({str(exc)[:120]})") from None
+    df = read_question_lines(path, " in the NCPQA format")
     if df.empty:
         raise ValueError(f"question file {path} holds no question")
     missing = [c for c in QUESTION_FIELDS if c not in df.columns]

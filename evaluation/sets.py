@@ -151,12 +151,9 @@ def read_questions(path: str | os.PathLike, max_questions: int | None = None) ->
     Raises:
         FileNotFoundError: no such file. ValueError: naming the file: not JSON Lines, or no question / gold column.
     """
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"question file {path} not found")
-    try:
-        df = pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
-    except ValueError as exc:
-        raise ValueError(f"question file {path} is not JSON Lines ({str(exc)[:120]})") from None
+    from answers.ncpqa import read_question_lines
+
+    df = read_question_lines(path)
     if max_questions:
         df = df.head(max_questions)
     if "question" not in df.columns:

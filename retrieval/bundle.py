@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from retrieval.parts import part_path, read_texts
+from retrieval.parts import part_installed, part_path, read_texts
 from retrieval.query import QueryLimits
 from retrieval.versions import current_version, version_key
 
@@ -88,8 +88,7 @@ class ServingBundle:
 
     def has_part(self, name: str) -> bool:
         """Whether the version was published with part ``name`` installed (not refused)."""
-        rec = (self.manifest.get("parts") or {}).get(name)
-        return isinstance(rec, dict) and "refused" not in rec
+        return part_installed(self.manifest, name)
 
 
 def load_bundle(index_root: str | os.PathLike, version: str | None = None, tokenizer=None,

@@ -61,6 +61,12 @@ class PartSource:
     meta: dict = field(default_factory=dict)
 
 
+def part_installed(manifest: dict, name: str) -> bool:
+    """Whether a version's manifest records part ``name`` as installed (present and not refused)."""
+    rec = (manifest.get("parts") or {}).get(name)
+    return isinstance(rec, dict) and "refused" not in rec
+
+
 def version_identity(manifest: dict) -> dict:
     """What a model fitted on a version's retrieval depends on: ``encoder_model_id`` (the pinned encoder's
     content id), ``segmenter`` (``backend:model_id`` of the segmenter of its BM25 side, or None) and, when it
