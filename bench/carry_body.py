@@ -10,7 +10,7 @@ JSON files are copied. A text reaches the ids of its own tokenization and of eac
 alone. Inputs: plain text files (each line a text), JSON Lines files (``.jsonl``: every string value of every
 record a text, lists and nested records included), or Parquet table folders (:func:`storage.tables.read_table`;
 every string column). Pass the word vocabularies too (one word a line): a new word encoder starts each word's
-row from the pieces of the word tokenized alone (:func:`model.benchmark.runner.init_word_encoder`), which a
+row from the pieces of the word tokenized alone (:func:`model.backbones.init_word_encoder`), which a
 sentence's tokenization need not produce. e5-small: 12 layers in fp16 are 42 MB; its 250k-row embedding (192 MB in fp16) shrinks to the few
 thousand rows a task's texts use.
 

@@ -2,7 +2,7 @@
 on corpora of growing size, side by side in one run, with each stage's growth exponent and per-char
 cost ratio against the smallest corpus.
 
-    python bench/growth_bench.py [--sizes 1x,statutes,21x] [--profile cpu-small] [--json growth.json]
+    python bench/growth_bench.py [--sizes 1x,statutes,21x] [--profile cpu-scratch] [--json growth.json]
 
 Corpora (read-only, from ``../shared``):
 
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1x,statutes,21x", help=f"comma-separated corpora of {', '.join(CORPORA)}; "
                                                               "the first is the base of the ratios")
     ap.add_argument("--stages", default=",".join(STAGE_NAMES), help="comma-separated stages (a prefix of the order)")
-    ap.add_argument("--profile", default="cpu-small", help="run profile whose stage configs are used")
+    ap.add_argument("--profile", default="cpu-scratch", help="run profile whose stage configs are used")
     ap.add_argument("--json", default=None, help="also write the results (per corpus, per stage) to this file")
     ap.add_argument("--render", default=None, metavar="JSON", help="print the table of a saved --json file and exit")
     ap.add_argument("--keep", default=None, help="keep the scratch data dirs under this folder (default: removed)")

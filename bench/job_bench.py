@@ -1,7 +1,7 @@
 """The whole main job at 1x and 21x side by side, alone: every stage of ``flows.pipeline`` in the order of its
 DAG, each in a fresh subprocess, with its wall time, CPU time and peak RSS, and the 21x / 1x ratios.
 
-    python bench/job_bench.py [--sizes 1x,21x] [--profile cpu-small] [--set backbone.kind=none ...] [--json F]
+    python bench/job_bench.py [--sizes 1x,21x] [--profile cpu-scratch] [--set backbone.kind=none ...] [--json F]
 
 Corpora as in ``bench/growth_bench.py`` (``1x``: the policy corpus; ``21x``: LawRefBook, 3,419 laws, 21x its
 chars). Every stage is called from its contract in the pipeline's registry (``flows.registry.PIPELINE``,
@@ -128,7 +128,7 @@ def table(results: dict[str, dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1x,21x")
-    ap.add_argument("--profile", default="cpu-small")
+    ap.add_argument("--profile", default="cpu-scratch")
     ap.add_argument("--set", action="append", default=None, dest="settings", metavar="FIELD=VALUE",
                     help="profile overrides as the pipeline's (default: backbone.kind=none; any --set replaces it)")
     ap.add_argument("--json", default=None, help="also write the figures as JSON")

