@@ -18,6 +18,7 @@ def build_summary(profile: str, results: dict) -> dict:
         "pairs": {name: ds[name]["per_split_label"] for name in ("policysm1", "policysm2")},
         "probe": {name: ds[name]["probe"] for name in ("policysm1", "policysm2")},
         "pretrain_heldout": pre["heldout"],
+        "pretrain_steps": (pre.get("train") or {}).get("steps"),
         "finetune_policysm1": {"dev": fin["dev"], "test": fin["test"], "majority_test": fin["majority_test"]},
         "index": {k: idx.get(k) for k in ("version", "chunks", "documents", "embedded", "reused", "removed", "full_rebuild",
                                           "index_kind", "ann_recall@10")},
@@ -76,6 +77,8 @@ def format_summary(s: dict) -> str:
         lines.append(f"{name}: " + "; ".join(f"{sp} pos {v.get('1', 0)} neg {v.get('0', 0)}" for sp, v in per.items())
                      + f"; {probe}")
     lines += [
+        "pretrain: no MLM + NSP steps (domain_adapt=false): PolicyBERT as initialised from its body"
+        if s.get("pretrain_steps") == 0 else
         f"pretrain (held-out docs): MLM loss {_f(h.get('mlm_loss'))}, MLM acc {_f(h.get('mlm_accuracy'))}, "
         f"perplexity {_f(h.get('perplexity'), '.1f')}, NSP acc {_f(h.get('nsp_accuracy'))}",
         f"finetune PolicySM-1: dev acc {_f(dev.get('accuracy'))} F1 {_f(dev.get('f1'))}; "

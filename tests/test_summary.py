@@ -14,3 +14,15 @@ def test_summary_of_a_tiny_corpus_prints_n_a_instead_of_crashing():
          "retrieval_eval": [], "sample_query": []}
     text = format_summary(s)
     assert "MLM loss n/a" in text and "(majority n/a)" in text and "probe n/a" in text
+
+
+def test_summary_says_when_pretraining_ran_no_step():
+    s = {"profile": "cpu-small", "documents_in": 1, "documents_out": 1, "rejects_by_reason": {}, "sentences": 40,
+         "segmenter": {"backend": "hanlp-dict", "model_id": "x"}, "vocab_size": 12, "sentence_coverage": 0.5,
+         "pairs": {}, "probe": {}, "pretrain_heldout": None, "pretrain_steps": 0,
+         "finetune_policysm1": {"dev": {"accuracy": 0.77, "f1": 0.78}, "test": {"accuracy": 0.79, "f1": 0.8},
+                                "majority_test": 0.5},
+         "index": {"version": "v1", "chunks": 3, "documents": 1, "embedded": 3, "reused": 0, "removed": 0},
+         "retrieval_eval": [], "sample_query": []}
+    text = format_summary(s)
+    assert "no MLM + NSP steps" in text and "MLM loss" not in text and "test acc 0.790" in text
