@@ -1,4 +1,5 @@
-"""Learning curves of PolicyBERT pretraining and PolicySM fine-tuning on a data dir the main job built.
+"""Learning curves of PolicyBERT pretraining and PolicySM fine-tuning on a data dir the main job built
+(``--profile cpu-scratch``: its char tokenizer; a ``cpu-small`` data dir holds e5's 250k pieces instead).
 
     python bench/learning_curves.py --data-dir data --out /tmp/curves [--run NAME:key=value,...]...
 
@@ -115,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     data, out = Path(args.data_dir), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    runs = dict(parse_run(r) for r in (args.run or ["cpu-small:"]))
+    runs = dict(parse_run(r) for r in (args.run or ["cpu-scratch:"]))
     splits = {s: read_table(data / L.POLICYSM1, partition={"split": s}) for s in ("train", "dev", "test")}
     base = pair_baselines(splits)
     results = {}

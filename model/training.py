@@ -458,7 +458,9 @@ def _start(model: torch.nn.Module, n: int, cfg: TrainConfig, log: Log, state_dir
     device = resolve_device(cfg.device)
     # one process: plain training on `device`; under `accelerate launch`/torchrun: DDP over the processes,
     # each taking every num_processes-th batch (the global batch is batch_size x num_processes)
-    acc = Accelerator(cpu=device.type == "cpu", mixed_precision="bf16" if uses_bf16(device, cfg.precision) else "no")
+    # precision is this loop's own autocast (_run_epoch), never accelerate's mixed_precision: accelerate keeps one
+    # process-wide state, and a second run in the process with another mixed_precision would be refused
+    acc = Accelerator(cpu=device.type == "cpu")
     freeze_parameters(model, cfg.freeze)
     torch.manual_seed(cfg.seed + acc.process_index)  # one dropout stream per rank
     model.to(acc.device).train()
@@ -483,7 +485,7 @@ def _run_epoch(loop: Loop, data, collate_fn: Callable, cbs: list[Callback]) -> N
     micro: list[float] = []
     for k, batch in enumerate(_loader(data, idx[s.batch:], collate_fn, cfg, acc.device), start=s.batch):
         batch = {key: v.to(acc.device, non_blocking=True) for key, v in batch.items()}
-        with acc.autocast():
+        with autocast(acc.device, cfg.precision):
             loss = loop.model(**batch).loss
         acc.backward(loss / cfg.grad_accum)
         micro.append(loss.item())

@@ -179,3 +179,34 @@ def test_every_profile_is_on_the_command_line_and_scratch_keeps_its_budget():
     assert small.finetune.freeze == "bert.embeddings.word_embeddings" and small.retrieval_encoder.precision == "bf16"
     assert not scratch.backbone.char_init and scratch.domain_adapt and scratch.pretrain.max_steps == 5000
     assert (scratch.finetune.max_steps, scratch.finetune.precision, scratch.finetune_max_len) == (1500, "auto", 128)
+
+
+def test_runs_of_either_precision_share_a_process():
+    """accelerate keeps one state per process: a float32 run then a bf16 run (and back) must both train, and the
+    bf16 run's forward must run in bf16."""
+    from types import SimpleNamespace
+
+    from model.training import TrainConfig, train
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.dtypes = torch.nn.Linear(4, 1), []
+
+        def forward(self, x, y):
+            out = self.lin(x)
+            self.dtypes.append(out.dtype)
+            return SimpleNamespace(loss=torch.nn.functional.mse_loss(out.float().squeeze(-1), y))
+
+    data = [{"x": torch.randn(4), "y": torch.tensor(1.0)} for _ in range(16)]
+
+    def collate(ex):
+        return {"x": torch.stack([e["x"] for e in ex]), "y": torch.stack([e["y"] for e in ex])}
+
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16), ("auto", torch.float32)):
+        model = Probe()
+        before = model.lin.weight.detach().clone()
+        run = train(model, data, collate, TrainConfig(max_steps=3, batch_size=4, lr=1e-2, device="cpu", save_every=0,
+                                                     precision=precision), log=lambda _: None)
+        assert run["steps"] == 3 and set(model.dtypes) == {dtype}
+        assert not torch.equal(before, model.lin.weight.detach())
