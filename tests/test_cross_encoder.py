@@ -221,3 +221,64 @@ def test_a_part_cannot_name_a_weights_file_that_is_not_its_own(tmp_path):
         with pytest.raises(PartError):
             install_part(vdir, PartSource("reranker", "reranker.json", str(src / "r.json"), requires=()), {})
     assert (vdir / "index.faiss").read_bytes() == b"FAISS" and (vdir / "taken.safetensors").read_bytes() == b"other part"
+
+
+def test_body_starts_from_a_policybert_checkpoints_char_layers(tiny, tmp_path):
+    """``init`` = a fine-tuned PolicyBERT folder (SPEC §6): the cross-encoder's body takes its character/piece
+    stream (layers, position/type embeddings), keeps the encoder's shared token embeddings, ignores the word side
+    and the classifier, and differs from a plain-e5 start."""
+    import torch
+    from safetensors.torch import load_file
+
+    from model import PolicyBertConfig, PolicyBertForSequenceClassification
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig
+
+    _, enc, mid = tiny
+    e = enc.model.config
+    torch.manual_seed(5)
+    cfg = PolicyBertConfig(vocab_size=e.vocab_size, hidden_size=e.hidden_size, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=e.intermediate_size,
+                           max_position_embeddings=e.max_position_embeddings, num_word_layers=1, word_vocab_size=12,
+                           max_words=8, fusion="gate", num_labels=2)
+    PolicyBertForSequenceClassification(cfg).save_pretrained(tmp_path / "pb")
+    state = load_file(str(tmp_path / "pb" / "model.safetensors"))
+    assert any(k.startswith("bert.encoder.word_layers.") for k in state)
+    ce = CrossEncoder.from_encoder(enc, mid, CrossEncoderConfig(layers=2, max_len=48, max_query=16),
+                                   init=tmp_path / "pb")
+    plain = CrossEncoder.from_encoder(enc, mid, CrossEncoderConfig(layers=2, max_len=48, max_query=16))
+    body = ce.module.body.state_dict()
+    for name in ("encoder.layer.1.attention.self.query.weight", "encoder.layer.0.output.dense.bias",
+                 "embeddings.position_embeddings.weight", "embeddings.LayerNorm.weight"):
+        assert torch.equal(body[name], state["bert." + name].float()), name
+        if name.endswith("s.weight") or "query" in name:  # random matrices (biases and LayerNorms start alike)
+            assert not torch.equal(body[name], plain.module.body.state_dict()[name]), name
+    assert ce.module.body.embeddings.word_embeddings is enc.model.embeddings.word_embeddings
+    assert not any("word_layers" in k or "fusion" in k for k in body)
+    texts = policy_docs()["text"].tolist()
+    assert not np.allclose(ce.score("乡村振兴", texts), plain.score("乡村振兴", texts))
+
+
+def test_bf16_training_and_scoring_follow_float32(tiny, tmp_path):
+    """precision=bf16 (autocast; weights and optimiser float32) learns the same pairs, its scores stay within
+    bf16 rounding of the float32 forward of the same weights, and the part keeps the setting."""
+    import dataclasses
+
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, TrainConfig, load_cross_encoder, train
+
+    _, enc, mid = tiny
+    ce = CrossEncoder.from_encoder(enc, mid, CrossEncoderConfig(layers=2, max_len=48, max_query=16, depth=6,
+                                                                precision="bf16"))
+    stats = train(ce, _groups(), TrainConfig(steps=30, batch=2, negatives=7, lr=3e-3, head_lr=3e-2, warmup=3,
+                                             precision="bf16"), log=lambda m: None)
+    assert stats["loss_last"] < 0.3 * stats["loss_first"]
+    texts = policy_docs()["text"].tolist()
+    assert [int(np.argmax(ce.score(q, texts))) for q, _, _ in _groups()] == [0, 1]
+    s16 = ce.score(TOPICS[0][1], texts)
+    ce32 = CrossEncoder(ce.module, ce.tokenizer, dataclasses.replace(ce.config, precision="fp32"), mid)
+    s32 = ce32.score(TOPICS[0][1], texts)
+    assert np.abs(s16 - s32).max() <= 0.05 * (np.abs(s32).max() + 1) and not np.array_equal(s16, s32)
+    loaded = load_cross_encoder(ce.save(tmp_path / "p16"), enc, mid)
+    assert loaded.config.precision == "bf16" and np.array_equal(loaded.score(TOPICS[0][1], texts),
+                                                                ce.score(TOPICS[0][1], texts))
+    with pytest.raises(ValueError, match="precision"):
+        TrainConfig(precision="fp8")
