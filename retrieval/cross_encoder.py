@@ -431,6 +431,19 @@ def _step_batch(groups: Sequence, picks: np.ndarray, n_neg: int, rng) -> tuple[l
     return qs, ps
 
 
+def _optimizer(m, cfg: TrainConfig):
+    """(trained body parameters, AdamW over them and the head at their learning rates, the linear warm-up/decay
+    schedule) for module ``m``."""
+    torch = _torch()
+    body = [p for n, p in m.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": list(m.head.parameters()),
+                                                                "lr": cfg.head_lr}], weight_decay=0.01)
+    decay = max(cfg.steps - cfg.warmup, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / max(cfg.warmup, 1), max(0.0, (cfg.steps - s) / decay)))
+    return body, opt, sched
+
+
 def train(ce: CrossEncoder, groups: Sequence[tuple[str, str, Sequence[str]]], cfg: TrainConfig = TrainConfig(),
           log: Callable[[str], None] = print, shuffle: bool = True) -> dict:
     """Fine-tune ``ce`` in place on ``groups`` (query, positive passage, negative passages): per step the next
@@ -451,12 +464,7 @@ def train(ce: CrossEncoder, groups: Sequence[tuple[str, str, Sequence[str]]], cf
     rng = np.random.default_rng(cfg.seed)
     m = ce.module
     dev = next(m.parameters()).device
-    body = [p for n, p in m.named_parameters() if p.requires_grad and not n.startswith("head.")]
-    opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": list(m.head.parameters()),
-                                                                "lr": cfg.head_lr}], weight_decay=0.01)
-    decay = max(cfg.steps - cfg.warmup, 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / max(cfg.warmup, 1), max(0.0, (cfg.steps - s) / decay)))
+    body, opt, sched = _optimizer(m, cfg)
     m.train()
     t0, losses, step = time.perf_counter(), [], 0
     order = rng.permutation(len(groups)) if shuffle else np.arange(len(groups))
