@@ -170,6 +170,8 @@ def run(args, log=print) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from model.training import PRECISIONS
+
     ap = argparse.ArgumentParser(prog="python -m flows.train_reranker", description=__doc__.split("\n")[0])
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--version", default=None)
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--train-max-len", type=int, default=None, help="tokens of a training pair (default --max-len)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--precision", default="fp32", choices=("auto", "bf16", "fp32"),
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
                     help="autocast of training and of the saved part's scoring (bf16: ~2x faster on AVX512-BF16 CPUs)")
     ap.add_argument("--seed", type=int, default=13, help="head init and group sampling")
     ap.add_argument("--sources", default="ncpqa,lecoqa,mined",

@@ -65,8 +65,10 @@ class CrossEncoderConfig:
     precision: str = "fp32"
 
     def __post_init__(self):
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise CrossEncoderPartError(f"cross-encoder: precision {self.precision!r} is not auto, bf16 or fp32")
+        from model.training import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise CrossEncoderPartError(f"cross-encoder: precision {self.precision!r} is not one of {PRECISIONS}")
         for name, lo, hi in (("layers", 1, 48), ("max_len", 16, 512), ("depth", 1, 1000), ("batch_size", 1, 4096),
                              ("max_query", 4, self.max_len // 2 if isinstance(self.max_len, int) else 8)):
             v = getattr(self, name)
@@ -410,8 +412,10 @@ class TrainConfig:
     precision: str = "fp32"
 
     def __post_init__(self):
-        if self.precision not in ("auto", "bf16", "fp32"):
-            raise ValueError(f"TrainConfig.precision must be auto, bf16 or fp32, got {self.precision!r}")
+        from model.training import PRECISIONS
+        from storage.bounds import check_choice
+
+        check_choice(self, "precision", PRECISIONS)
         for name in ("steps", "batch", "negatives"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")

@@ -66,4 +66,3 @@ def e5(tmp_path_factory) -> Path:
     from model.e5 import convert
 
     return convert(None, tmp_path_factory.mktemp("e5cache"))
-

@@ -5,7 +5,6 @@ config round-trips, and the word side learns (its zero-initialised scales get gr
 output). The thesis initialisation stays the default of a from-scratch config."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
