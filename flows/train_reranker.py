@@ -5,7 +5,13 @@ no Prefect:
         [--corpus ../shared/corpus/policy_docs.csv] [--layers 4 --max-len 192] [--init DIR]
         [--steps 120 --batch 4 --negatives 7 --max-seconds 600] [--threads 1] [--out DIR]
         [--sources ncpqa,ncpqa-sentence,lecoqa,mined] [--weights-file answer-reranker.safetensors]
-        [--precision bf16] [--seed 13]
+        [--precision bf16] [--seed 13] [--device cuda --groups-per-forward 16]
+        [--negatives-from hybrid --cache DIR]
+
+``--device cuda --batch 16 --groups-per-forward 16`` trains on a GPU (one forward a step; the part is saved from
+the CPU; ``bench/gpu_reranker.py`` carries the groups and a packed body to a GPU machine that cannot reach the
+data dir). ``--negatives-from hybrid`` takes the NCPQA and LeCoQA negatives from the hybrid search the
+reranker will reorder (:func:`hybrid_search_rows`) instead of BM25 alone.
 
 ``--init DATA/models/finetune-policysm1`` starts the body from the main job's PolicyBERT (its character/piece
 stream: the first ``--layers`` layers; the word side is not read), the default from plain e5.
@@ -67,15 +73,49 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
     return pd.concat([real.dropna(subset=["text"]), own], ignore_index=True)
 
 
+def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows, cache=None, rrf_k: int = 60):
+    """``search_rows(queries, k)`` → the top ``k`` rows of ``texts`` per query by reciprocal-rank fusion (equal
+    weights, Cormack et al. 2009) of ``encoder``'s exact dense top ``k`` (its ``encode_corpus`` vectors, cached
+    under ``cache`` by :func:`retrieval.qa_eval.cached_embeddings`) and ``bm25_rows(queries, k)``: negatives as
+    the hybrid search the reranker reorders would find them, not BM25's alone."""
+    import numpy as np
+
+    from retrieval.qa_eval import cached_embeddings
+
+    vecs = cached_embeddings(encoder.encode_corpus, list(texts), encoder_id, cache)
+
+    def rows(queries, k: int) -> list[list[int]]:
+        queries = list(queries)
+        sims = np.asarray(encoder.encode_queries(queries)) @ vecs.T
+        dense = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        out = []
+        for d, sp in zip(dense, bm25_rows(queries, k)):
+            fused: dict[int, float] = {}
+            for ranked in (d.tolist(), list(sp)):
+                for rank, r in enumerate(ranked):
+                    fused[int(r)] = fused.get(int(r), 0.0) + 1.0 / (rrf_k + rank + 1)
+            out.append(sorted(fused, key=lambda r: -fused[r])[:k])
+        return out
+
+    return rows
+
+
+NEGATIVES_FROM = ("bm25", "hybrid")
+
+
 def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
-            with_groups: bool = True, sources: tuple[str, ...] = ()) -> dict:
+            with_groups: bool = True, sources: tuple[str, ...] = (), negatives_from: str = "bm25",
+            cache: str | None = None) -> dict:
     """Everything training and the bench read: ``bundle``, ``ncpqa`` / ``lecoqa`` question frames with their
     ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
     ``train`` (groups frame, leak-checked; only the groups of ``sources`` when given: ``ncpqa``,
-    ``ncpqa-sentence``, ``lecoqa``, ``mined``).
+    ``ncpqa-sentence``, ``lecoqa``, ``mined``). ``negatives_from``: where the NCPQA and LeCoQA negatives come from,
+    ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks; :func:`hybrid_search_rows` over the
+    statute pool for LeCoQA, its vectors cached under ``cache``); mined groups keep BM25's.
 
     Raises:
-        ValueError: a source that is not one of those (named), or a leak (:class:`retrieval.rerank_data.LeakError`).
+        ValueError: a source or ``negatives_from`` that is not one of those (named), or a leak
+            (:class:`retrieval.rerank_data.LeakError`).
     """
     from retrieval.bundle import load_bundle
     from answers.candidates import sentence_offsets
@@ -92,8 +132,12 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     if not with_groups:
         return out
     tr_n = nq[(nq["split"] == "train") & nq["doc_id"].map(lambda d: isinstance(d, str))]
-    g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k, mode="sparse"), held_docs)
-    g_l = lecoqa_groups(lq[lq["split"] == "train"], pool, search_rows)
+    if negatives_from not in NEGATIVES_FROM:
+        raise ValueError(f"negatives_from {negatives_from!r}: choose from {', '.join(NEGATIVES_FROM)}")
+    hybrid = negatives_from == "hybrid"
+    g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k, mode="hybrid" if hybrid else "sparse"), held_docs)
+    g_l = lecoqa_groups(lq[lq["split"] == "train"], pool, hybrid_search_rows(
+        pool["text"].tolist(), r.encoder, bundle.model_id, search_rows, cache) if hybrid else search_rows)
     g_m = mined_groups(mined_docs(bundle, held_docs, corpus), r.tokenize)
     g_s = ncpqa_sentence_groups(tr_n, dict(zip(bundle.texts["doc_id"], bundle.texts["text"])), r.tokenize,
                                 sentence_offsets, held_docs)
@@ -147,16 +191,21 @@ def run(args, log=print) -> Path:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
-    sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources)
+    sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources,
+                   negatives_from=args.negatives_from, cache=args.cache)
     b = sets["bundle"]
     cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2),
                              precision=args.precision)
     ce = CrossEncoder.from_encoder(b.retriever.encoder, b.model_id, cfg, init=args.init, seed=args.seed)
+    ce.module.to(args.device)
     tcfg = TrainConfig(steps=args.steps, batch=args.batch, negatives=args.negatives, max_seconds=args.max_seconds,
-                       lr=args.lr, max_len=args.train_max_len, precision=args.precision, seed=args.seed)
+                       lr=args.lr, max_len=args.train_max_len, precision=args.precision, seed=args.seed,
+                       groups_per_forward=args.groups_per_forward)
     groups = balanced(sets["train"], tcfg.steps * tcfg.batch, tcfg.seed)
     stats = train(ce, to_groups(groups), tcfg, log, shuffle=False)
-    ce.info = {"trained": stats, "threads": args.threads, "precision": args.precision, "seed": args.seed,
+    ce.module.to("cpu")
+    ce.info = {"trained": stats, "threads": args.threads, "device": args.device,
+               "negatives_from": args.negatives_from, "precision": args.precision, "seed": args.seed,
                "init": str(args.init or "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
                "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
@@ -190,9 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
                     help="autocast of training and of the saved part's scoring (bf16: ~2x faster on AVX512-BF16 CPUs)")
     ap.add_argument("--seed", type=int, default=13, help="head init and group sampling")
+    ap.add_argument("--device", default="cpu",
+                    help="where to train: cpu, cuda, cuda:1 (the part is saved from the CPU)")
+    ap.add_argument("--groups-per-forward", type=int, default=1,
+                    help="groups padded into one forward pass (1 on a CPU; the whole --batch on a GPU)")
     ap.add_argument("--sources", default="ncpqa,lecoqa,mined",
                     help="comma-separated training sources: ncpqa, lecoqa, mined (the search's reranker, the "
                          "default) or ncpqa-sentence (the answer stage's sentence cross-encoder)")
+    ap.add_argument("--negatives-from", default="bm25", choices=NEGATIVES_FROM,
+                    help="NCPQA/LeCoQA negatives from BM25 or from the hybrid search (dense e5 + BM25, RRF)")
+    ap.add_argument("--cache", default=None, help="folder caching the statute pool's e5 vectors (hybrid negatives)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--weights-file", default=None,
                     help="the weights' file name (default reranker.safetensors; answer-reranker.safetensors with "

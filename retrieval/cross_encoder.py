@@ -394,7 +394,8 @@ class TrainConfig:
     linear decay; max_seconds: wall-clock budget; seed: sampling and head init; max_len: tokens of a training
     pair (None: the reranker's own; shorter trains faster, positions beyond it keep e5's embeddings);
     precision: the forward's autocast (:data:`model.training.PRECISIONS`; ``bf16`` halves a CPU step on
-    AVX512-BF16, the weights and the optimiser stay float32).
+    AVX512-BF16, the weights and the optimiser stay float32); groups_per_forward: groups scored in one forward
+    pass, padded to their longest pair (1 suits a CPU, where padding costs; a GPU wants the whole batch).
 
     Raises:
         ValueError: a setting out of range.
@@ -410,13 +411,14 @@ class TrainConfig:
     seed: int = 13
     max_len: int | None = None
     precision: str = "fp32"
+    groups_per_forward: int = 1
 
     def __post_init__(self):
         from model.training import PRECISIONS
         from storage.bounds import check_choice
 
         check_choice(self, "precision", PRECISIONS)
-        for name in ("steps", "batch", "negatives"):
+        for name in ("steps", "batch", "negatives", "groups_per_forward"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not (self.lr > 0 and self.head_lr > 0 and self.max_seconds > 0 and self.warmup >= 0):
@@ -475,10 +477,10 @@ def train(ce: CrossEncoder, groups: Sequence[tuple[str, str, Sequence[str]]], cf
     while step < cfg.steps and time.perf_counter() - t0 < cfg.max_seconds:
         picks = order[(step * cfg.batch + np.arange(cfg.batch)) % len(order)]
         qs, ps = _step_batch(groups, picks, cfg.negatives, rng)
-        g = cfg.negatives + 1  # one forward per group: each padded to its own longest pair, not the batch's
+        g = (cfg.negatives + 1) * cfg.groups_per_forward  # each forward padded to its own longest pair
         with autocast(dev, cfg.precision):
-            scores = torch.stack([m(*(t.to(dev) for t in ce.encode(qs[i:i + g], ps[i:i + g], cfg.max_len)))
-                                  for i in range(0, len(qs), g)])
+            scores = torch.cat([m(*(t.to(dev) for t in ce.encode(qs[i:i + g], ps[i:i + g], cfg.max_len)))
+                                for i in range(0, len(qs), g)]).view(cfg.batch, cfg.negatives + 1)
         loss = torch.nn.functional.cross_entropy(scores.float(), torch.zeros(cfg.batch, dtype=torch.long,
                                                                              device=dev))
         opt.zero_grad()

@@ -282,3 +282,51 @@ def test_bf16_training_and_scoring_follow_float32(tiny, tmp_path):
                                                                 ce.score(TOPICS[0][1], texts))
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(precision="fp8")
+
+
+def test_groups_in_one_forward_train_as_one_group_a_forward(tiny):
+    """groups_per_forward pads several groups into one forward (a GPU's batch): the same loss and weights as one
+    forward per group, within float32 rounding of the padding (dropout off: its masks follow the batch's shape)."""
+    import torch
+
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, TrainConfig, train
+
+    _, enc, mid = tiny
+    cfg = CrossEncoderConfig(layers=2, max_len=48, max_query=16, depth=6)
+    out = []
+    for gpf in (1, 2):
+        ce = CrossEncoder.from_encoder(enc, mid, cfg)
+        for m in ce.module.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        stats = train(ce, _groups(), TrainConfig(steps=3, batch=2, negatives=7, lr=3e-3, head_lr=3e-2, warmup=1,
+                                                 groups_per_forward=gpf), log=lambda m: None)
+        out.append((stats["loss_last"], ce.score(TOPICS[0][1], policy_docs()["text"].tolist())))
+    # the head's bias is free under the listwise loss (a shift of every score), so Adam moves it on rounding noise
+    a, b = out[0][1] - out[0][1].mean(), out[1][1] - out[1][1].mean()
+    assert abs(out[0][0] - out[1][0]) < 1e-4 and np.allclose(a, b, atol=1e-4)
+    assert out[0][0] != pytest.approx(2.0794, abs=1e-3)  # it trained (chance is ln 8)
+    with pytest.raises(ValueError, match="groups_per_forward"):
+        TrainConfig(groups_per_forward=0)
+
+
+def test_hybrid_negatives_fuse_the_dense_and_bm25_rankings(tiny):
+    """flows.train_reranker.hybrid_search_rows: reciprocal-rank fusion of the encoder's exact dense top k and
+    BM25's; with the dense ranking as the second list it is the dense ranking itself."""
+    from flows.train_reranker import hybrid_search_rows
+    from retrieval.sparse import SparseIndex
+
+    _, enc, mid = tiny
+    texts = policy_docs()["text"].tolist()
+    queries = [t[1] for t in TOPICS[:3]]
+    dense = np.argsort(-(enc.encode_queries(queries) @ enc.encode_corpus(texts).T), axis=1, kind="stable")
+    same = hybrid_search_rows(texts, enc, mid, lambda qs, k: [d[:k].tolist() for d in dense])
+    assert same(queries, 4) == [d[:4].tolist() for d in dense]
+    sp = SparseIndex.build([list(t) for t in texts])
+    bm25 = [sp.top(list(q), 4)[0].tolist() for q in queries]
+    fused = hybrid_search_rows(texts, enc, mid, lambda qs, k: [sp.top(list(q), k)[0].tolist() for q in qs])(queries, 4)
+    for f, d, b in zip(fused, dense, bm25):
+        assert len(f) == 4 and set(f) <= set(d[:4].tolist()) | set(b)
+        if d[0] == b[0]:
+            assert f[0] == b[0]
+    assert any(f != d[:4].tolist() for f, d in zip(fused, dense))  # BM25 moved something

