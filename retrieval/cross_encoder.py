@@ -215,8 +215,8 @@ class CrossEncoder:
         ``[CLS] q [SEP] p [SEP]`` per pair: the query cut to ``max_query`` pieces, the passage to what is left."""
         torch, tok = _torch(), self.tokenizer
         c = dataclasses.replace(self.config, max_len=max_len) if max_len else self.config
-        q_ids = tok(list(queries), add_special_tokens=False)["input_ids"]
-        p_ids = tok(list(passages), add_special_tokens=False)["input_ids"]
+        q_ids = tok(list(queries), add_special_tokens=False, truncation=True, max_length=c.max_query)["input_ids"]
+        p_ids = tok(list(passages), add_special_tokens=False, truncation=True, max_length=c.max_len)["input_ids"]
         seqs = []
         for q, p in zip(q_ids, p_ids):
             q = q[:c.max_query]
