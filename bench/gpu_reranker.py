@@ -6,6 +6,9 @@ calls carry at most 64 MiB: the same groups, the same :func:`retrieval.cross_enc
     # on the GPU machine (carry .gpu/ce):
     python bench/gpu_reranker.py train --pack .gpu/ce --out $OUT/part [--init .gpu/ce/init] --device cuda
         [--layers 12 --max-len 192 --steps 1500 --batch 16 --negatives 7 --lr 3e-5 --groups-per-forward 16]
+        [--split-mib 15]
+    # here, after fetching the part's folder:
+    python bench/gpu_reranker.py join --part DIR
 
 ``export`` writes the training groups of :func:`flows.train_reranker.prepare` (sources ``ncpqa,lecoqa,mined``,
 leak-checked against the held-out NCPQA and LeCoQA questions; texts cut to ``--max-chars``) as
@@ -17,7 +20,10 @@ cross-encoder exactly as ``python -m flows.train_reranker`` does (balanced sourc
 ``--device`` and saves the part (``reranker.json`` + fp16 ``reranker.safetensors``, 42 MB for 12 layers) with
 its figures: steps, seconds, loss, pairs/s, tokens/s and peak accelerator memory in ``info.trained``. The part
 names the real encoder's id, so it loads on the full encoder here (:func:`retrieval.cross_encoder.load_cross_encoder`).
-Errors: ``FileNotFoundError`` for a missing pack file.
+``--split-mib`` cuts the weights into pieces small enough to come back (16 MiB a file on the lent machines);
+``join`` puts them together and checks the sha256 the part's JSON records.
+Errors: ``FileNotFoundError`` for a missing pack file or piece; ``ValueError`` for pieces that do not join to
+the recorded weights.
 """
 from __future__ import annotations
 
@@ -122,7 +128,46 @@ def train_on_pack(args) -> Path:
                "groups": groups["source"].value_counts().to_dict(), "index_version": meta["index_version"],
                "held_out": meta["held_out"], "negatives_from": meta.get("negatives_from", "bm25"), "lr": args.lr,
                "batch": args.batch, "negatives": args.negatives}
-    return ce.save(args.out)
+    out = ce.save(args.out)
+    if args.split_mib:
+        split_weights(Path(args.out), args.split_mib)
+    return out
+
+
+def split_weights(part_dir: Path, mib: float) -> list[Path]:
+    """Cut the part's weights file into ``<file>.partNN`` pieces of at most ``mib`` MiB (a lent machine sends
+    back files of at most 16 MiB) and remove it; :func:`join_weights` puts it back."""
+    d = json.loads((part_dir / "reranker.json").read_text(encoding="utf-8"))
+    src = part_dir / d["weights"]["file"]
+    data, size = src.read_bytes(), max(1, int(mib * 2 ** 20))
+    pieces = []
+    for i in range(0, len(data), size):
+        pieces.append(part_dir / f"{src.name}.part{i // size:02d}")
+        pieces[-1].write_bytes(data[i:i + size])
+    src.unlink()
+    return pieces
+
+
+def join_weights(part_dir: Path) -> Path:
+    """Concatenate the ``<file>.partNN`` pieces back into the weights file the part's JSON names and check its
+    sha256.
+
+    Raises:
+        FileNotFoundError: no piece; ValueError: the joined file's sha256 is not the JSON's."""
+    import hashlib
+
+    d = json.loads((part_dir / "reranker.json").read_text(encoding="utf-8"))
+    dst = part_dir / d["weights"]["file"]
+    pieces = sorted(part_dir.glob(f"{dst.name}.part[0-9][0-9]"))
+    if not pieces:
+        raise FileNotFoundError(f"no {dst.name}.partNN pieces in {part_dir}")
+    data = b"".join(p.read_bytes() for p in pieces)
+    if hashlib.sha256(data).hexdigest() != d["weights"]["sha256"]:
+        raise ValueError(f"{dst.name}: the joined pieces do not match the sha256 in reranker.json")
+    dst.write_bytes(data)
+    for p in pieces:
+        p.unlink()
+    return dst
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,10 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--precision", default="bf16")
     t.add_argument("--seed", type=int, default=13)
     t.add_argument("--groups-per-forward", type=int, default=16)
+    t.add_argument("--split-mib", type=float, default=0, help="cut the weights into pieces of this many MiB (0: no)")
+    j = sub.add_parser("join")
+    j.add_argument("--part", required=True)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if args.cmd == "export":
         print(json.dumps(export(args), indent=1))
+    elif args.cmd == "join":
+        print(f"weights: {join_weights(Path(args.part))}")
     else:
         print(f"part: {train_on_pack(args)}")
     print(f"{args.cmd}: {time.perf_counter() - t0:.1f} s")

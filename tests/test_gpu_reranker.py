@@ -63,7 +63,15 @@ def test_a_part_trained_on_a_pack_loads_on_the_full_encoder(body, tmp_path):
                                                  "held_out": "none (test)"}), encoding="utf-8")
     assert gpu_reranker.main(["train", "--pack", str(packd), "--out", str(tmp_path / "part"), "--device", "cpu",
                               "--layers", "2", "--max-len", "48", "--steps", "4", "--batch", "2", "--warmup", "1",
-                              "--precision", "fp32", "--groups-per-forward", "2"]) == 0
+                              "--precision", "fp32", "--groups-per-forward", "2", "--split-mib", "0.002"]) == 0
+    pieces = sorted((tmp_path / "part").glob("reranker.safetensors.part*"))  # cut small enough to come back
+    assert not (tmp_path / "part" / "reranker.safetensors").exists() and len(pieces) >= 2
+    good = pieces[-1].read_bytes()
+    pieces[-1].write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(ValueError, match="sha256"):
+        gpu_reranker.join_weights(tmp_path / "part")
+    pieces[-1].write_bytes(good)
+    assert gpu_reranker.main(["join", "--part", str(tmp_path / "part")]) == 0
     d = json.loads((tmp_path / "part" / "reranker.json").read_text(encoding="utf-8"))
     assert d["info"]["trained"]["steps"] == 4 and d["info"]["groups"] == {"ncpqa": 4, "mined": 4}
     carry_body.unpack(packd / "body", tmp_path / "restored")  # the body the part was trained on
