@@ -49,7 +49,7 @@ def export(args) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
     sets = prepare(args.data_dir, args.version, QA, CORPUS, sources=sources, negatives_from=args.negatives_from,
-                   cache=args.cache)
+                   cache=args.cache, negatives_skip=args.negatives_skip)
     b, train = sets["bundle"], sets["train"]
     cut = args.max_chars
     rows = [{"source": s, "query": q, "positive": p[:cut], "negatives": [n[:cut] for n in negs]}
@@ -64,7 +64,7 @@ def export(args) -> dict:
     meta = {"encoder_model_id": b.model_id, "index_version": b.version, "groups": train["source"].value_counts()
             .to_dict(), "max_chars": cut, "body_rows": body["rows"],
             "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
-            "negatives_from": args.negatives_from}
+            "negatives_from": args.negatives_from, "negatives_skip": args.negatives_skip}
     if args.init:
         meta["init"] = str(args.init)
         _export_init(Path(args.init), out / "init")
@@ -126,7 +126,8 @@ def train_on_pack(args) -> Path:
     ce.info = {"trained": stats, "device": str(args.device), "precision": args.precision, "seed": args.seed,
                "init": (args.init and meta.get("init", args.init)) or meta.get("body_init", "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": meta["index_version"],
-               "held_out": meta["held_out"], "negatives_from": meta.get("negatives_from", "bm25"), "lr": args.lr,
+               "held_out": meta["held_out"], "negatives_from": meta.get("negatives_from", "bm25"),
+               "negatives_skip": meta.get("negatives_skip", 0), "lr": args.lr,
                "batch": args.batch, "negatives": args.negatives}
     out = ce.save(args.out)
     if args.split_mib:
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--sources", default="ncpqa,lecoqa,mined")
     e.add_argument("--max-chars", type=int, default=400, help="passage chars kept (192 e5 tokens need fewer)")
     e.add_argument("--negatives-from", default="bm25", choices=("bm25", "hybrid"))
+    e.add_argument("--negatives-skip", type=int, default=0, help="with hybrid: leave out its first N hits")
     e.add_argument("--cache", default=None, help="folder caching the statute pool's vectors (hybrid negatives)")
     t = sub.add_parser("train")
     t.add_argument("--pack", required=True)

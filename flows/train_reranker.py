@@ -6,7 +6,7 @@ no Prefect:
         [--steps 120 --batch 4 --negatives 7 --max-seconds 600] [--threads 1] [--out DIR]
         [--sources ncpqa,ncpqa-sentence,lecoqa,mined] [--weights-file answer-reranker.safetensors]
         [--precision bf16] [--seed 13] [--device cuda --groups-per-forward 16]
-        [--negatives-from hybrid --cache DIR]
+        [--negatives-from hybrid --negatives-skip 10 --cache DIR]
 
 ``--device cuda --batch 16 --groups-per-forward 16`` trains on a GPU (one forward a step; the part is saved from
 the CPU; ``bench/gpu_reranker.py`` carries the groups and a packed body to a GPU machine that cannot reach the
@@ -73,11 +73,14 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
     return pd.concat([real.dropna(subset=["text"]), own], ignore_index=True)
 
 
-def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows, cache=None, rrf_k: int = 60):
-    """``search_rows(queries, k)`` → the top ``k`` rows of ``texts`` per query by reciprocal-rank fusion (equal
-    weights, Cormack et al. 2009) of ``encoder``'s exact dense top ``k`` (its ``encode_corpus`` vectors, cached
-    under ``cache`` by :func:`retrieval.qa_eval.cached_embeddings`) and ``bm25_rows(queries, k)``: negatives as
-    the hybrid search the reranker reorders would find them, not BM25's alone."""
+def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows, cache=None, rrf_k: int = 60,
+                       skip: int = 0):
+    """``search_rows(queries, k)`` → ``k`` rows of ``texts`` per query by reciprocal-rank fusion (equal weights,
+    Cormack et al. 2009) of ``encoder``'s exact dense top ``k + skip`` (its ``encode_corpus`` vectors, cached
+    under ``cache`` by :func:`retrieval.qa_eval.cached_embeddings`) and ``bm25_rows(queries, k + skip)``, the
+    first ``skip`` fused rows left out: negatives as the hybrid search the reranker reorders would find them,
+    not BM25's alone; ``skip`` leaves out its top, where unlabelled positives sit (the denoising of RocketQA,
+    Qu et al. 2021, in its simplest form)."""
     import numpy as np
 
     from retrieval.qa_eval import cached_embeddings
@@ -85,16 +88,16 @@ def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows, ca
     vecs = cached_embeddings(encoder.encode_corpus, list(texts), encoder_id, cache)
 
     def rows(queries, k: int) -> list[list[int]]:
-        queries = list(queries)
+        queries, n = list(queries), k + skip
         sims = np.asarray(encoder.encode_queries(queries)) @ vecs.T
-        dense = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+        dense = np.argsort(-sims, axis=1, kind="stable")[:, :n]
         out = []
-        for d, sp in zip(dense, bm25_rows(queries, k)):
+        for d, sp in zip(dense, bm25_rows(queries, n)):
             fused: dict[int, float] = {}
             for ranked in (d.tolist(), list(sp)):
                 for rank, r in enumerate(ranked):
                     fused[int(r)] = fused.get(int(r), 0.0) + 1.0 / (rrf_k + rank + 1)
-            out.append(sorted(fused, key=lambda r: -fused[r])[:k])
+            out.append(sorted(fused, key=lambda r: -fused[r])[skip:n])
         return out
 
     return rows
@@ -105,13 +108,14 @@ NEGATIVES_FROM = ("bm25", "hybrid")
 
 def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
             with_groups: bool = True, sources: tuple[str, ...] = (), negatives_from: str = "bm25",
-            cache: str | None = None) -> dict:
+            cache: str | None = None, negatives_skip: int = 0) -> dict:
     """Everything training and the bench read: ``bundle``, ``ncpqa`` / ``lecoqa`` question frames with their
     ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
     ``train`` (groups frame, leak-checked; only the groups of ``sources`` when given: ``ncpqa``,
     ``ncpqa-sentence``, ``lecoqa``, ``mined``). ``negatives_from``: where the NCPQA and LeCoQA negatives come from,
     ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks; :func:`hybrid_search_rows` over the
-    statute pool for LeCoQA, its vectors cached under ``cache``); mined groups keep BM25's.
+    statute pool for LeCoQA, its vectors cached under ``cache``; ``negatives_skip`` leaves out the hybrid's first
+    hits); mined groups keep BM25's.
 
     Raises:
         ValueError: a source or ``negatives_from`` that is not one of those (named), or a leak
@@ -135,9 +139,11 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     if negatives_from not in NEGATIVES_FROM:
         raise ValueError(f"negatives_from {negatives_from!r}: choose from {', '.join(NEGATIVES_FROM)}")
     hybrid = negatives_from == "hybrid"
-    g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k, mode="hybrid" if hybrid else "sparse"), held_docs)
+    skip = negatives_skip if hybrid else 0
+    g_n = ncpqa_groups(tr_n, r.chunks, lambda q, k: r.search(q, k + skip, mode="hybrid" if hybrid else "sparse")[skip:],
+                       held_docs)
     g_l = lecoqa_groups(lq[lq["split"] == "train"], pool, hybrid_search_rows(
-        pool["text"].tolist(), r.encoder, bundle.model_id, search_rows, cache) if hybrid else search_rows)
+        pool["text"].tolist(), r.encoder, bundle.model_id, search_rows, cache, skip=skip) if hybrid else search_rows)
     g_m = mined_groups(mined_docs(bundle, held_docs, corpus), r.tokenize)
     g_s = ncpqa_sentence_groups(tr_n, dict(zip(bundle.texts["doc_id"], bundle.texts["text"])), r.tokenize,
                                 sentence_offsets, held_docs)
@@ -192,7 +198,7 @@ def run(args, log=print) -> Path:
     t0 = time.perf_counter()
     sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
     sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources,
-                   negatives_from=args.negatives_from, cache=args.cache)
+                   negatives_from=args.negatives_from, cache=args.cache, negatives_skip=args.negatives_skip)
     b = sets["bundle"]
     cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2),
                              precision=args.precision)
@@ -205,7 +211,8 @@ def run(args, log=print) -> Path:
     stats = train(ce, to_groups(groups), tcfg, log, shuffle=False)
     ce.module.to("cpu")
     ce.info = {"trained": stats, "threads": args.threads, "device": args.device,
-               "negatives_from": args.negatives_from, "precision": args.precision, "seed": args.seed,
+               "negatives_from": args.negatives_from, "negatives_skip": args.negatives_skip,
+               "precision": args.precision, "seed": args.seed,
                "init": str(args.init or "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
                "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
@@ -248,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                          "default) or ncpqa-sentence (the answer stage's sentence cross-encoder)")
     ap.add_argument("--negatives-from", default="bm25", choices=NEGATIVES_FROM,
                     help="NCPQA/LeCoQA negatives from BM25 or from the hybrid search (dense e5 + BM25, RRF)")
+    ap.add_argument("--negatives-skip", type=int, default=0,
+                    help="with --negatives-from hybrid: leave out the hybrid's first N hits (unlabelled positives)")
     ap.add_argument("--cache", default=None, help="folder caching the statute pool's e5 vectors (hybrid negatives)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--weights-file", default=None,

@@ -330,3 +330,6 @@ def test_hybrid_negatives_fuse_the_dense_and_bm25_rankings(tiny):
         if d[0] == b[0]:
             assert f[0] == b[0]
     assert any(f != d[:4].tolist() for f, d in zip(fused, dense))  # BM25 moved something
+    search = lambda qs, k: [sp.top(list(q), k)[0].tolist() for q in qs]  # noqa: E731
+    five = hybrid_search_rows(texts, enc, mid, search)(queries, 5)
+    assert hybrid_search_rows(texts, enc, mid, search, skip=1)(queries, 4) == [f[1:] for f in five]  # top left out
