@@ -102,9 +102,9 @@ def train_on_pack(args) -> Path:
 
     packd = Path(args.pack)
     meta = json.loads((packd / "meta.json").read_text(encoding="utf-8"))
-    body_dir = Path(tempfile.mkdtemp(prefix="ce-body-"))
-    unpack(packd / "body", body_dir)
-    enc = BertEncoder.from_checkpoint(body_dir, device="cpu")
+    with tempfile.TemporaryDirectory(prefix="ce-body-") as tmp:  # the restored body is read into memory
+        unpack(packd / "body", Path(tmp))
+        enc = BertEncoder.from_checkpoint(tmp, device="cpu")
     cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2),
                              precision=args.precision)
     ce = CrossEncoder.from_encoder(enc, meta["encoder_model_id"], cfg, init=args.init, seed=args.seed)
@@ -157,6 +157,8 @@ def join_weights(part_dir: Path) -> Path:
         FileNotFoundError: no piece; ValueError: the joined file's sha256 is not the JSON's."""
     import hashlib
 
+    from storage import atomic_write_bytes
+
     d = json.loads((part_dir / "reranker.json").read_text(encoding="utf-8"))
     dst = part_dir / d["weights"]["file"]
     pieces = sorted(part_dir.glob(f"{dst.name}.part[0-9][0-9]"))
@@ -165,7 +167,7 @@ def join_weights(part_dir: Path) -> Path:
     data = b"".join(p.read_bytes() for p in pieces)
     if hashlib.sha256(data).hexdigest() != d["weights"]["sha256"]:
         raise ValueError(f"{dst.name}: the joined pieces do not match the sha256 in reranker.json")
-    dst.write_bytes(data)
+    atomic_write_bytes(dst, data)
     for p in pieces:
         p.unlink()
     return dst

@@ -11,7 +11,7 @@ no Prefect:
 ``--device cuda --batch 16 --groups-per-forward 16`` trains on a GPU (one forward a step; the part is saved from
 the CPU; ``bench/gpu_reranker.py`` carries the groups and a packed body to a GPU machine that cannot reach the
 data dir). ``--negatives-from hybrid`` takes the NCPQA and LeCoQA negatives from the hybrid search the
-reranker will reorder (:func:`hybrid_search_rows`) instead of BM25 alone.
+reranker will reorder (:func:`retrieval.rerank_data.hybrid_search_rows`) instead of BM25 alone.
 
 ``--init DATA/models/finetune-policysm1`` starts the body from the main job's PolicyBERT (its character/piece
 stream: the first ``--layers`` layers; the word side is not read), the default from plain e5.
@@ -73,36 +73,6 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
     return pd.concat([real.dropna(subset=["text"]), own], ignore_index=True)
 
 
-def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows, cache=None, rrf_k: int = 60,
-                       skip: int = 0):
-    """``search_rows(queries, k)`` → ``k`` rows of ``texts`` per query by reciprocal-rank fusion (equal weights,
-    Cormack et al. 2009) of ``encoder``'s exact dense top ``k + skip`` (its ``encode_corpus`` vectors, cached
-    under ``cache`` by :func:`retrieval.qa_eval.cached_embeddings`) and ``bm25_rows(queries, k + skip)``, the
-    first ``skip`` fused rows left out: negatives as the hybrid search the reranker reorders would find them,
-    not BM25's alone; ``skip`` leaves out its top, where unlabelled positives sit (the denoising of RocketQA,
-    Qu et al. 2021, in its simplest form)."""
-    import numpy as np
-
-    from retrieval.qa_eval import cached_embeddings
-
-    vecs = cached_embeddings(encoder.encode_corpus, list(texts), encoder_id, cache)
-
-    def rows(queries, k: int) -> list[list[int]]:
-        queries, n = list(queries), k + skip
-        sims = np.asarray(encoder.encode_queries(queries)) @ vecs.T
-        dense = np.argsort(-sims, axis=1, kind="stable")[:, :n]
-        out = []
-        for d, sp in zip(dense, bm25_rows(queries, n)):
-            fused: dict[int, float] = {}
-            for ranked in (d.tolist(), list(sp)):
-                for rank, r in enumerate(ranked):
-                    fused[int(r)] = fused.get(int(r), 0.0) + 1.0 / (rrf_k + rank + 1)
-            out.append(sorted(fused, key=lambda r: -fused[r])[skip:n])
-        return out
-
-    return rows
-
-
 NEGATIVES_FROM = ("bm25", "hybrid")
 
 
@@ -113,9 +83,9 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
     ``train`` (groups frame, leak-checked; only the groups of ``sources`` when given: ``ncpqa``,
     ``ncpqa-sentence``, ``lecoqa``, ``mined``). ``negatives_from``: where the NCPQA and LeCoQA negatives come from,
-    ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks; :func:`hybrid_search_rows` over the
-    statute pool for LeCoQA, its vectors cached under ``cache``; ``negatives_skip`` leaves out the hybrid's first
-    hits); mined groups keep BM25's.
+    ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks;
+    :func:`retrieval.rerank_data.hybrid_search_rows` over the statute pool for LeCoQA, its vectors cached under
+    ``cache``; ``negatives_skip`` leaves out the hybrid's first hits); mined groups keep BM25's.
 
     Raises:
         ValueError: a source or ``negatives_from`` that is not one of those (named), or a leak
@@ -123,7 +93,7 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     """
     from retrieval.bundle import load_bundle
     from answers.candidates import sentence_offsets
-    from retrieval.rerank_data import (check_no_leak, lecoqa_groups, mined_groups, ncpqa_groups,
+    from retrieval.rerank_data import (check_no_leak, hybrid_search_rows, lecoqa_groups, mined_groups, ncpqa_groups,
                                        ncpqa_sentence_groups)
 
     bundle = load_bundle(Path(data_dir) / "index", version)

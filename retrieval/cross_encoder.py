@@ -218,8 +218,7 @@ class CrossEncoder:
         q_ids = tok(list(queries), add_special_tokens=False, truncation=True, max_length=c.max_query)["input_ids"]
         p_ids = tok(list(passages), add_special_tokens=False, truncation=True, max_length=c.max_len)["input_ids"]
         seqs = []
-        for q, p in zip(q_ids, p_ids):
-            q = q[:c.max_query]
+        for q, p in zip(q_ids, p_ids):  # both already cut by the tokenizer
             seqs.append([tok.cls_token_id, *q, tok.sep_token_id, *p[:c.max_len - len(q) - 3], tok.sep_token_id])
         width = max(len(s) for s in seqs)
         ids = torch.full((len(seqs), width), tok.pad_token_id or 0, dtype=torch.long)

@@ -123,6 +123,30 @@ def lecoqa_groups(questions: pd.DataFrame, articles: pd.DataFrame, search_rows: 
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def hybrid_search_rows(texts: list[str], encoder, encoder_id: str, bm25_rows: Callable[[list[str], int], list],
+                       cache=None, rrf_k: int = 60, skip: int = 0) -> Callable[[list[str], int], list[list[int]]]:
+    """``search_rows(queries, k)`` → ``k`` rows of ``texts`` per query: :func:`retrieval.fusion.fuse` (RRF,
+    equal weights; Cormack et al. 2009) of ``encoder``'s exact dense top ``k + skip`` (its ``encode_corpus``
+    vectors, cached under ``cache`` by :func:`retrieval.qa_eval.cached_embeddings`) and ``bm25_rows(queries,
+    k + skip)``, the first ``skip`` fused rows left out. Negatives as the hybrid search the reranker reorders
+    would find them, not BM25's alone; ``skip`` leaves out its top, where unlabelled positives sit (the
+    denoising of RocketQA, Qu et al. 2021, in its simplest form)."""
+    from retrieval.fusion import fuse
+    from retrieval.qa_eval import cached_embeddings
+
+    vecs = cached_embeddings(encoder.encode_corpus, list(texts), encoder_id, cache)
+
+    def rows(queries, k: int) -> list[list[int]]:
+        queries, n = list(queries), k + skip
+        sims = np.asarray(encoder.encode_queries(queries)) @ vecs.T
+        dense = np.argsort(-sims, axis=1, kind="stable")[:, :n]
+        # BM25 in fuse's first slot so that ties go to the dense side's order (rank on the second side first)
+        return [[r for r, *_ in fuse(list(sp), d.tolist(), 0.5, rrf_k)][skip:n]
+                for d, sp in zip(dense, bm25_rows(queries, n))]
+
+    return rows
+
+
 def _opening(text: str, title: str, chars: int) -> str:
     """The first ``chars`` characters of ``text`` after its title line, when it opens with it."""
     body = text[len(title):].lstrip() if title and text.startswith(title) else text

@@ -311,9 +311,9 @@ def test_groups_in_one_forward_train_as_one_group_a_forward(tiny):
 
 
 def test_hybrid_negatives_fuse_the_dense_and_bm25_rankings(tiny):
-    """flows.train_reranker.hybrid_search_rows: reciprocal-rank fusion of the encoder's exact dense top k and
+    """retrieval.rerank_data.hybrid_search_rows: reciprocal-rank fusion of the encoder's exact dense top k and
     BM25's; with the dense ranking as the second list it is the dense ranking itself."""
-    from flows.train_reranker import hybrid_search_rows
+    from retrieval.rerank_data import hybrid_search_rows
     from retrieval.sparse import SparseIndex
 
     _, enc, mid = tiny
