@@ -2,11 +2,12 @@
 calls carry at most 64 MiB: the same groups, the same :func:`retrieval.cross_encoder.train`, the same part.
 
     # here, where the index version lives:
-    python bench/gpu_reranker.py export --data-dir DATA_NCPQA --out .gpu/ce [--init DATA/models/finetune-policysm1]
+    python bench/gpu_reranker.py export --data-dir DATA_NCPQA --out .gpu/ce [--init DATA/models/finetune-policysm1
+        [--init-into-body]] [--negatives-from hybrid --negatives-skip 0,10,20 --cache DIR] [--dev-share 0.2] [--eval]
     # on the GPU machine (carry .gpu/ce):
     python bench/gpu_reranker.py train --pack .gpu/ce --out $OUT/part [--init .gpu/ce/init] --device cuda
         [--layers 12 --max-len 192 --steps 1500 --batch 16 --negatives 7 --lr 3e-5 --groups-per-forward 16]
-        [--split-mib 15]
+        [--split-mib 15] [--groups groups-skip10.jsonl.xz] [--eval eval.jsonl.xz]
     # here, after fetching the part's folder:
     python bench/gpu_reranker.py join --part DIR
 
@@ -20,6 +21,12 @@ cross-encoder exactly as ``python -m flows.train_reranker`` does (balanced sourc
 ``--device`` and saves the part (``reranker.json`` + fp16 ``reranker.safetensors``, 42 MB for 12 layers) with
 its figures: steps, seconds, loss, pairs/s, tokens/s and peak accelerator memory in ``info.trained``. The part
 names the real encoder's id, so it loads on the full encoder here (:func:`retrieval.cross_encoder.load_cross_encoder`).
+``--negatives-skip`` with a comma list writes one ``groups-skipN.jsonl.xz`` per depth (``train --groups`` picks
+one); ``--dev-share`` keeps that share of the LeCoQA training questions out of the groups as a dev split
+(:func:`flows.train_reranker.lecoqa_dev_split`); ``--eval`` writes ``eval.jsonl.xz``, the held-out candidates
+(:func:`eval_cases`), which ``train --eval`` scores after training into ``info.eval`` (:func:`evaluate_cases`:
+the figures of ``bench/rerank_bench.py`` with no faiss and nothing but JSON to bring back); ``--init-into-body``
+carries the init's layers as the packed body's instead of beside it (one 50 MB body, not two).
 ``--split-mib`` cuts the weights into pieces small enough to come back (16 MiB a file on the lent machines);
 ``join`` puts them together and checks the sha256 the part's JSON records.
 Errors: ``FileNotFoundError`` for a missing pack file or piece; ``ValueError`` for pieces that do not join to
@@ -48,28 +55,115 @@ def export(args) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
-    sets = prepare(args.data_dir, args.version, QA, CORPUS, sources=sources, negatives_from=args.negatives_from,
-                   cache=args.cache, negatives_skip=args.negatives_skip)
-    b, train = sets["bundle"], sets["train"]
-    cut = args.max_chars
-    rows = [{"source": s, "query": q, "positive": p[:cut], "negatives": [n[:cut] for n in negs]}
-            for s, q, p, negs in zip(train["source"], train["query"], train["positive"], train["negatives"])]
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    (out / "groups.jsonl.xz").write_bytes(lzma.compress(text.encode("utf-8")))
+    skips = [int(s) for s in str(args.negatives_skip).split(",")]
+    names = ["groups.jsonl.xz"] if len(skips) == 1 else [f"groups-skip{s}.jsonl.xz" for s in skips]
+    texts, counts = [], {}
+    for skip, name in zip(skips, names):
+        sets = prepare(args.data_dir, args.version, QA, CORPUS, sources=sources, negatives_from=args.negatives_from,
+                       cache=args.cache, negatives_skip=skip, dev_share=args.dev_share)
+        rows = group_rows(sets["train"], args.max_chars)
+        (out / name).write_bytes(lzma.compress(_jsonl(rows).encode("utf-8")))
+        texts.append(rows)
+        counts[name] = sets["train"]["source"].value_counts().to_dict()
+    b = sets["bundle"]
+    if args.eval:
+        texts.append(eval_cases(sets, args.cache))
+        (out / "eval.jsonl.xz").write_bytes(lzma.compress(_jsonl(texts[-1]).encode("utf-8")))
     enc_dir = Path(args.data_dir) / "index" / b.manifest["encoder_dir"]
     with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp, "groups.jsonl")
-        plain.write_text(text, encoding="utf-8")
+        plain = Path(tmp, "texts.jsonl")
+        plain.write_text("".join(_jsonl(t) for t in texts), encoding="utf-8")
         body = pack(enc_dir, out / "body", [plain])
-    meta = {"encoder_model_id": b.model_id, "index_version": b.version, "groups": train["source"].value_counts()
-            .to_dict(), "max_chars": cut, "body_rows": body["rows"],
-            "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
-            "negatives_from": args.negatives_from, "negatives_skip": args.negatives_skip}
+    meta = {"encoder_model_id": b.model_id, "index_version": b.version, "groups": counts, "max_chars": args.max_chars,
+            "body_rows": body["rows"], "held_out": HELD_OUT + (f"; LeCoQA dev {args.dev_share} of its training "
+                                                               "questions (seed 29)" if args.dev_share else ""),
+            "negatives_from": args.negatives_from, "negatives_skip": skips if len(skips) > 1 else skips[0]}
     if args.init:
-        meta["init"] = str(args.init)
+        meta["init" if not args.init_into_body else "body_init"] = str(args.init)
         _export_init(Path(args.init), out / "init")
+        if args.init_into_body:
+            _merge_into_body(out / "init", out / "body")
     (out / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
     return {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()}
+
+
+HELD_OUT = "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test"
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def group_rows(train, cut: int) -> list[dict]:
+    """The training groups frame as JSON rows, passages cut to ``cut`` chars."""
+    return [{"source": s, "query": q, "positive": p[:cut], "negatives": [n[:cut] for n in negs]}
+            for s, q, p, negs in zip(train["source"], train["query"], train["positive"], train["negatives"])]
+
+
+def eval_cases(sets: dict, cache: str | None) -> list[dict]:
+    """The held-out candidates :mod:`rerank_bench` reranks, as cases ``{set, query, gold, hits: [{doc_id,
+    text}]}`` (hits in the search's order): ``ncpqa`` (the version's hybrid top 20 of each test question),
+    ``lecoqa`` (the test questions' hybrid top 20 over the cited laws' articles) and, when ``sets`` has a dev
+    split, ``lecoqa-dev`` (over all 13,003 articles: its own cited laws would need their own vectors)."""
+    from rerank_bench import DEPTH, lecoqa_candidates
+
+    from retrieval.rerank_data import _get
+
+    b, nq, lq = sets["bundle"], sets["ncpqa"], sets["lecoqa"]
+    test = nq[(nq["split"] == "test") & nq["doc_id"].map(lambda d: isinstance(d, str))]
+    cases = [{"set": "ncpqa", "query": q, "gold": [str(d)],
+              "hits": [{"doc_id": str(_get(h, "doc_id")), "text": str(_get(h, "text"))}
+                       for h in b.retriever.search(q, DEPTH, mode="hybrid")]}
+             for q, d in zip(test["question"], test["doc_id"])]
+    for split, name in (("test", "lecoqa"), ("dev", "lecoqa-dev")):
+        if not (lq["split"] == split).any():
+            continue
+        one = {**sets, "lecoqa": lq.assign(split=lq["split"].map(lambda x, s=split: "test" if x == s else "other")),
+               "full_pool": split == "dev"}
+        q, cand = lecoqa_candidates(one, b.retriever.encoder, b.model_id, cache)
+        ids, texts = one["pool"]["doc_id"].tolist(), one["pool"]["text"].tolist()
+        cases += [{"set": name, "query": query, "gold": list(gold), "w_dense": float(q["w_dense"].iloc[0]),
+                   "hits": [{"doc_id": str(ids[r]), "text": texts[r]} for r in rows]}
+                  for query, gold, rows in zip(q["query"], q["gold"], cand)]
+    return cases
+
+
+def evaluate_cases(ce, cases: list[dict], weights=(1.0, 0.5)) -> list[dict]:
+    """recall@k and MRR@10 per set of ``cases`` (:func:`eval_cases`) for the search's order and the
+    cross-encoder's reorders (alone, and fused with the search at each weight <1), as :mod:`rerank_bench`
+    computes them (documents in the order of their first hit)."""
+    from rerank_bench import doc_order
+
+    from retrieval.metrics import doc_metrics
+
+    scored = [ce.score(c["query"], [h["text"] for h in c["hits"][:ce.depth]]) for c in cases]
+    rows = []
+    for name in dict.fromkeys(c["set"] for c in cases):
+        idx = [i for i, c in enumerate(cases) if c["set"] == name]
+        ks = (1, 3, 5) if name == "ncpqa" else (1, 5, 10)
+        gold = [cases[i]["gold"] for i in idx]
+        rows.append({"set": name, "system": "hybrid", **doc_metrics([doc_order(cases[i]["hits"]) for i in idx],
+                                                                      gold, ks)})
+        for w in weights:
+            ranked = [doc_order(ce.reorder(cases[i]["hits"][:ce.depth], scored[i], w)) for i in idx]
+            rows.append({"set": name, "system": "cross-encoder" + (" alone" if w >= 1 else f", fused ({w})"),
+                         **doc_metrics(ranked, gold, ks)})
+    return rows
+
+
+def _merge_into_body(init: Path, body: Path) -> None:
+    """Replace the packed body's layers by the init checkpoint's (same names), so the pack carries one body."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(body / "body.safetensors"), "pt") as f:
+        meta = f.metadata()
+    state = load_file(str(body / "body.safetensors"))
+    state.update(load_file(str(init / "model.safetensors")))
+    save_file(state, str(body / "body.safetensors"), metadata=meta)
+    shutil.rmtree(init)
 
 
 def _export_init(init_dir: Path, out: Path) -> None:
@@ -77,13 +171,13 @@ def _export_init(init_dir: Path, out: Path) -> None:
     word embeddings, no word side) in fp16 as ``out/model.safetensors``."""
     from safetensors.torch import load_file, save_file
 
-    from retrieval.cross_encoder import WORD_EMBEDDINGS
+    from retrieval.cross_encoder import init_weight_name
 
     state = load_file(str(init_dir / "model.safetensors"))
     keep = {}
     for k, v in state.items():
-        name = k.split(".", 1)[1] if k.startswith(("bert.", "model.")) else k
-        if (name.startswith("encoder.layer.") or name.startswith("embeddings.")) and name != WORD_EMBEDDINGS:
+        name = init_weight_name(k)
+        if name and name.startswith(("encoder.layer.", "embeddings.")):
             keep[name] = v.half().contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(keep, str(out / "model.safetensors"), metadata={"format": "pt", "source": str(init_dir)})
@@ -109,7 +203,7 @@ def train_on_pack(args) -> Path:
                              precision=args.precision)
     ce = CrossEncoder.from_encoder(enc, meta["encoder_model_id"], cfg, init=args.init, seed=args.seed)
     ce.module.to(args.device)
-    frame = pd.read_json(packd / "groups.jsonl.xz", lines=True, compression="xz")
+    frame = pd.read_json(packd / args.groups, lines=True, compression="xz")
     tcfg = TrainConfig(steps=args.steps, batch=args.batch, negatives=args.negatives, max_seconds=args.max_seconds,
                        lr=args.lr, warmup=args.warmup, max_len=args.train_max_len, precision=args.precision,
                        seed=args.seed, groups_per_forward=args.groups_per_forward)
@@ -127,12 +221,24 @@ def train_on_pack(args) -> Path:
                "init": (args.init and meta.get("init", args.init)) or meta.get("body_init", "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": meta["index_version"],
                "held_out": meta["held_out"], "negatives_from": meta.get("negatives_from", "bm25"),
-               "negatives_skip": meta.get("negatives_skip", 0), "lr": args.lr,
+               "negatives_skip": _skip_of(meta, args.groups), "lr": args.lr, "groups_file": args.groups,
                "batch": args.batch, "negatives": args.negatives}
+    if args.eval:
+        cases = [json.loads(x) for x in lzma.decompress((packd / args.eval).read_bytes()).decode("utf-8")
+                 .splitlines() if x.strip()]
+        ce.module.to(args.device)
+        t = time.perf_counter()
+        ce.info["eval"] = {"rows": evaluate_cases(ce, cases), "seconds": round(time.perf_counter() - t, 1)}
+        ce.module.to("cpu")
     out = ce.save(args.out)
     if args.split_mib:
         split_weights(Path(args.out), args.split_mib)
     return out
+
+
+def _skip_of(meta: dict, groups_file: str) -> int:
+    skip = meta.get("negatives_skip", 0)
+    return skip if isinstance(skip, int) else int(groups_file.split("skip")[1].split(".")[0])
 
 
 def split_weights(part_dir: Path, mib: float) -> list[Path]:
@@ -184,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--sources", default="ncpqa,lecoqa,mined")
     e.add_argument("--max-chars", type=int, default=400, help="passage chars kept (192 e5 tokens need fewer)")
     e.add_argument("--negatives-from", default="bm25", choices=("bm25", "hybrid"))
-    e.add_argument("--negatives-skip", type=int, default=0, help="with hybrid: leave out its first N hits")
+    e.add_argument("--negatives-skip", default="0",
+                   help="with hybrid: leave out its first N hits; a comma list writes groups-skipN.jsonl.xz each")
+    e.add_argument("--dev-share", type=float, default=0.0, help="LeCoQA training questions moved to a dev split")
+    e.add_argument("--eval", action="store_true", help="also write eval.jsonl.xz (held-out candidates)")
+    e.add_argument("--init-into-body", action="store_true", help="carry --init's layers as the body's")
     e.add_argument("--cache", default=None, help="folder caching the statute pool's vectors (hybrid negatives)")
     t = sub.add_parser("train")
     t.add_argument("--pack", required=True)
@@ -203,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--precision", default="bf16")
     t.add_argument("--seed", type=int, default=13)
     t.add_argument("--groups-per-forward", type=int, default=16)
+    t.add_argument("--groups", default="groups.jsonl.xz", help="the pack's groups file to train on")
+    t.add_argument("--eval", default=None, help="the pack's eval cases (eval.jsonl.xz): figures into the part's info")
     t.add_argument("--split-mib", type=float, default=0, help="cut the weights into pieces of this many MiB (0: no)")
     j = sub.add_parser("join")
     j.add_argument("--part", required=True)

@@ -6,12 +6,15 @@ no Prefect:
         [--steps 120 --batch 4 --negatives 7 --max-seconds 600] [--threads 1] [--out DIR]
         [--sources ncpqa,ncpqa-sentence,lecoqa,mined] [--weights-file answer-reranker.safetensors]
         [--precision bf16] [--seed 13] [--device cuda --groups-per-forward 16]
-        [--negatives-from hybrid --negatives-skip 10 --cache DIR]
+        [--negatives-from hybrid --negatives-skip 20 --cache DIR] [--dev-share 0.2]
 
 ``--device cuda --batch 16 --groups-per-forward 16`` trains on a GPU (one forward a step; the part is saved from
 the CPU; ``bench/gpu_reranker.py`` carries the groups and a packed body to a GPU machine that cannot reach the
 data dir). ``--negatives-from hybrid`` takes the NCPQA and LeCoQA negatives from the hybrid search the
-reranker will reorder (:func:`retrieval.rerank_data.hybrid_search_rows`) instead of BM25 alone.
+reranker will reorder (:func:`retrieval.rerank_data.hybrid_search_rows`) instead of BM25 alone;
+``--negatives-skip N`` leaves out its first N hits (unlabelled positives; RocketQA's denoising). ``--dev-share``
+keeps that share of the LeCoQA training questions out of training (:func:`lecoqa_dev_split`), for choosing such
+settings on them instead of on the test split.
 
 ``--init DATA/models/finetune-policysm1`` starts the body from the main job's PolicyBERT (its character/piece
 stream: the first ``--layers`` layers; the word side is not read), the default from plain e5.
@@ -76,16 +79,34 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
 NEGATIVES_FROM = ("bm25", "hybrid")
 
 
+def lecoqa_dev_split(lq: pd.DataFrame, share: float, seed: int = 29) -> pd.Series:
+    """``lq``'s ``split`` with ``share`` of its ``train`` questions moved to ``dev`` by
+    :func:`retrieval.rerank_data.lecoqa_split` (by gold article set, seed 29), so dev questions share no gold
+    article set with training ones; ``test`` is left as it is.
+
+    Raises:
+        ValueError: ``share`` outside (0, 1)."""
+    from retrieval.rerank_data import lecoqa_split
+
+    split = lq["split"].copy()
+    train = lq[split == "train"]
+    moved = lecoqa_split(train, share, seed)
+    split[train.index[(moved == "test").to_numpy()]] = "dev"
+    return split
+
+
 def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
             with_groups: bool = True, sources: tuple[str, ...] = (), negatives_from: str = "bm25",
-            cache: str | None = None, negatives_skip: int = 0) -> dict:
+            cache: str | None = None, negatives_skip: int = 0, dev_share: float = 0.0) -> dict:
     """Everything training and the bench read: ``bundle``, ``ncpqa`` / ``lecoqa`` question frames with their
     ``split``, ``pool`` (statutes), ``lecoqa_search`` (BM25 rows), ``held_out_docs`` and, ``with_groups``,
     ``train`` (groups frame, leak-checked; only the groups of ``sources`` when given: ``ncpqa``,
     ``ncpqa-sentence``, ``lecoqa``, ``mined``). ``negatives_from``: where the NCPQA and LeCoQA negatives come from,
     ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks;
     :func:`retrieval.rerank_data.hybrid_search_rows` over the statute pool for LeCoQA, its vectors cached under
-    ``cache``; ``negatives_skip`` leaves out the hybrid's first hits); mined groups keep BM25's.
+    ``cache``; ``negatives_skip`` leaves out the hybrid's first hits); mined groups keep BM25's. ``dev_share``
+    (0 ≤ x < 1) moves that share of the LeCoQA training questions to a ``dev`` split (:func:`lecoqa_dev_split`),
+    kept out of training and of nothing else, for choosing settings without reading the test split.
 
     Raises:
         ValueError: a source or ``negatives_from`` that is not one of those (named), or a leak
@@ -101,6 +122,7 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     nq = ncpqa_questions(bundle, data_dir, qa)
     held_docs = set(nq.loc[nq["split"] == "test", "doc_id"].dropna())
     lq, pool, sp, search_rows = lecoqa_sets(qa, r.tokenize)
+    lq = lq.assign(split=lecoqa_dev_split(lq, dev_share)) if dev_share else lq
     out = {"bundle": bundle, "ncpqa": nq, "lecoqa": lq, "pool": pool, "lecoqa_search": search_rows,
            "lecoqa_sparse": sp, "held_out_docs": held_docs}
     if not with_groups:
@@ -125,12 +147,12 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
             raise ValueError(f"training source(s) {empty} gave no group on index {bundle.version}")
         train = train[train["source"].isin(sources)].reset_index(drop=True)
     held = pd.concat([nq.loc[nq["split"] == "test", ["qid", "question"]],
-                      lq.loc[lq["split"] == "test", ["qid", "question"]]], ignore_index=True)
+                      lq.loc[lq["split"] != "train", ["qid", "question"]]], ignore_index=True)
     check_no_leak(train, held, held_docs)
     log(f"training groups: ncpqa {len(g_n)}, ncpqa-sentence {len(g_s)}, lecoqa {len(g_l)}, mined {len(g_m)}"
         f" (kept: {train['source'].value_counts().to_dict()}); held out: ncpqa "
         f"{int((nq['split'] == 'test').sum())} questions ({len(held_docs)} documents), lecoqa "
-        f"{int((lq['split'] == 'test').sum())} questions")
+        f"{int((lq['split'] == 'test').sum())} questions (dev {int((lq['split'] == 'dev').sum())})")
     return {**out, "train": train}
 
 
@@ -168,7 +190,8 @@ def run(args, log=print) -> Path:
     t0 = time.perf_counter()
     sources = check_sources(s.strip() for s in args.sources.split(",") if s.strip())
     sets = prepare(args.data_dir, args.version, Path(args.qa), Path(args.corpus), log, sources=sources,
-                   negatives_from=args.negatives_from, cache=args.cache, negatives_skip=args.negatives_skip)
+                   negatives_from=args.negatives_from, cache=args.cache, negatives_skip=args.negatives_skip,
+                   dev_share=args.dev_share)
     b = sets["bundle"]
     cfg = CrossEncoderConfig(layers=args.layers, max_len=args.max_len, max_query=min(48, args.max_len // 2),
                              precision=args.precision)
@@ -182,6 +205,7 @@ def run(args, log=print) -> Path:
     ce.module.to("cpu")
     ce.info = {"trained": stats, "threads": args.threads, "device": args.device,
                "negatives_from": args.negatives_from, "negatives_skip": args.negatives_skip,
+               "dev_share": args.dev_share,
                "precision": args.precision, "seed": args.seed,
                "init": str(args.init or "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
@@ -228,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--negatives-skip", type=int, default=0,
                     help="with --negatives-from hybrid: leave out the hybrid's first N hits (unlabelled positives)")
     ap.add_argument("--cache", default=None, help="folder caching the statute pool's e5 vectors (hybrid negatives)")
+    ap.add_argument("--dev-share", type=float, default=0.0,
+                    help="share of the LeCoQA training questions kept out as a dev split (0: none)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--weights-file", default=None,
                     help="the weights' file name (default reranker.safetensors; answer-reranker.safetensors with "

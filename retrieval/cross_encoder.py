@@ -114,13 +114,20 @@ def build_body(encoder_model, layers: int, init_state: Mapping | None = None):
     return body
 
 
+def init_weight_name(key: str) -> str | None:
+    """The body weight a BERT-format checkpoint's ``key`` names (prefix ``bert.``/``model.`` dropped), or None
+    for the token embeddings, which stay the pinned encoder's."""
+    name = key.split(".", 1)[1] if key.startswith(("bert.", "model.")) else key
+    return None if name == WORD_EMBEDDINGS else name
+
+
 def _load_init(body, init_state: Mapping) -> None:
-    """Copy every weight of ``init_state`` whose name (prefix ``bert.``/``model.`` dropped) the body has."""
+    """Copy every weight of ``init_state`` the body has (:func:`init_weight_name`)."""
     own = body.state_dict()
     picked = {}
     for k, v in init_state.items():
-        name = k.split(".", 1)[1] if k.startswith(("bert.", "model.")) else k
-        if name in own and name != WORD_EMBEDDINGS:
+        name = init_weight_name(k)
+        if name in own:
             if tuple(v.shape) != tuple(own[name].shape):
                 raise CrossEncoderPartError(f"cross-encoder init: {name} has shape {tuple(v.shape)}, the body "
                                             f"{tuple(own[name].shape)}")

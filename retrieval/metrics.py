@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import faiss
 import numpy as np
 
 KS = (1, 5, 10)
@@ -34,7 +33,7 @@ def doc_metrics(ranked_docs: Sequence[Sequence[str]], gold: Sequence[set[str] | 
     return {**{f"recall@{k}": v / n for k, v in rec.items()}, f"mrr@{mrr_k}": mrr / n, "queries": len(gold)}
 
 
-def ann_recall(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int,
+def ann_recall(index: "faiss.Index", vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int,
                self_rows: np.ndarray | None = None) -> float:
     """Recall@k of ``index`` (approximate, over ``vectors`` (n, dim) with int64 ``ids`` (n,)) against exact
     inner-product search over the same vectors, for query vectors (q, dim).
@@ -47,6 +46,8 @@ def ann_recall(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, queries
         The mean share of the exact top-k found, in [0, 1]; 1.0 when fewer than k + 1 vectors leave no
         neighbour to find.
     """
+    import faiss  # here: the ranking metrics above run where faiss is not installed
+
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     skip = 0 if self_rows is None else 1

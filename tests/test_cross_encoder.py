@@ -142,6 +142,26 @@ def test_lecoqa_split_keeps_gold_sets_and_texts_on_one_side():
     assert not set(q.loc[split == "train", "question"]) & set(q.loc[split == "test", "question"])
 
 
+def test_lecoqa_dev_split_moves_training_questions_only_and_keeps_gold_sets_apart():
+    from flows.train_reranker import lecoqa_dev_split
+    from retrieval.rerank_data import lecoqa_split
+
+    path = QA / "lecoqa_train.jsonl"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    q = pd.read_json(path, lines=True, dtype={"qid": str})
+    q = q.assign(split=lecoqa_split(q, 0.2, 13))
+    dev = lecoqa_dev_split(q, 0.2)
+    assert (dev[q["split"] == "test"] == "test").all()  # the test split is left as it was
+    moved = dev[q["split"] == "train"]
+    assert set(moved) == {"train", "dev"} and 0.12 < (moved == "dev").mean() < 0.3
+    key = q["gold_article_ids"].map(lambda g: tuple(sorted(g)))
+    assert not set(key[dev == "train"]) & set(key[dev == "dev"])
+    assert not set(q.loc[dev == "train", "question"]) & set(q.loc[dev == "dev", "question"])
+    with pytest.raises(ValueError, match="test_share"):
+        lecoqa_dev_split(q, 1.0)
+
+
 def test_training_groups_never_hold_a_held_out_question_or_document():
     from retrieval.rerank_data import LeakError, check_no_leak, ncpqa_groups
 

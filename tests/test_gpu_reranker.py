@@ -84,3 +84,45 @@ def test_a_part_trained_on_a_pack_loads_on_the_full_encoder(body, tmp_path):
     untrained = CrossEncoder.from_encoder(BertEncoder.from_checkpoint(body), d["encoder_model_id"],
                                           CrossEncoderConfig(layers=2, max_len=48, max_query=24))
     assert not np.allclose(untrained.score(q, texts), s_here, atol=1e-4)  # the trained weights were loaded
+
+
+@pytest.mark.slow
+def test_a_pack_with_eval_cases_reports_the_figures_this_machine_computes(body, tmp_path):
+    """``train --eval`` scores the carried held-out candidates after training and records the figures
+    :func:`gpu_reranker.evaluate_cases` computes; scored here with the part loaded on the full encoder, the
+    same cases give the same figures (the search's order, the reorder alone and fused)."""
+    import carry_body
+    import gpu_reranker
+
+    from retrieval.cross_encoder import load_cross_encoder
+    from retrieval.pinning import model_id
+
+    packd, groups, docs = tmp_path / "pack", _groups(), policy_docs()
+    packd.mkdir()
+    cases = [{"set": "ncpqa" if i % 2 else "lecoqa", "query": TOPICS[i][1], "gold": [str(docs["doc_id"][i])],
+              "hits": [{"doc_id": str(d), "text": t} for d, t in zip(docs["doc_id"][::-1], docs["text"][::-1])]}
+             for i in range(len(TOPICS))]
+    plain = tmp_path / "texts.jsonl"
+    plain.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in groups + cases), encoding="utf-8")
+    for name, rows in (("groups-skip10.jsonl.xz", groups), ("eval.jsonl.xz", cases)):
+        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows)
+        (packd / name).write_bytes(lzma.compress(text.encode("utf-8")))
+    carry_body.pack(body, packd / "body", [plain])
+    (packd / "meta.json").write_text(json.dumps({"encoder_model_id": model_id(body), "index_version": "v1",
+                                                 "held_out": "none (test)", "negatives_skip": [0, 10]}),
+                                     encoding="utf-8")
+    assert gpu_reranker.main(["train", "--pack", str(packd), "--out", str(tmp_path / "part"), "--device", "cpu",
+                              "--layers", "2", "--max-len", "48", "--steps", "4", "--batch", "2", "--warmup", "1",
+                              "--precision", "fp32", "--groups-per-forward", "2", "--groups", "groups-skip10.jsonl.xz",
+                              "--eval", "eval.jsonl.xz"]) == 0
+    info = json.loads((tmp_path / "part" / "reranker.json").read_text(encoding="utf-8"))["info"]
+    assert info["negatives_skip"] == 10 and info["groups_file"] == "groups-skip10.jsonl.xz"
+    rows = info["eval"]["rows"]
+    assert {(r["set"], r["system"]) for r in rows} == {(s, m) for s in ("ncpqa", "lecoqa") for m in (
+        "hybrid", "cross-encoder alone", "cross-encoder, fused (0.5)")}
+    here = gpu_reranker.evaluate_cases(load_cross_encoder(tmp_path / "part", body), cases)
+    assert [r["system"] for r in here] == [r["system"] for r in rows]
+    for a, b in zip(rows, here):
+        assert a["mrr@10"] == pytest.approx(b["mrr@10"], abs=1e-9)
+    hybrid = [r for r in rows if r["set"] == "ncpqa" and r["system"] == "hybrid"][0]
+    assert hybrid["mrr@10"] == pytest.approx(np.mean([1 / (len(docs) - i) for i in range(len(TOPICS)) if i % 2]))
