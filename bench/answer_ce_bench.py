@@ -63,9 +63,9 @@ def cross_fitted(backend, q, tr: list, te: list, steps: int, log=print) -> tuple
     mean of the two. Returns (train examples, test examples, training records)."""
     from answers.candidates import sentence_offsets
     from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, TrainConfig, train
-    from retrieval.rerank_data import ncpqa_sentence_groups, to_groups
+    from retrieval.rerank_data import located_questions, ncpqa_sentence_groups, to_groups
 
-    train_q = q[(q["split"] == "train") & q["doc_id"].map(lambda d: isinstance(d, str))]
+    train_q = located_questions(q, "train")
     docs = np.random.default_rng(13).permutation(sorted(set(train_q["doc_id"])))
     fold = {d: i % 2 for i, d in enumerate(docs)}
     texts = dict(zip(backend.bundle.texts["doc_id"], backend.bundle.texts["text"]))

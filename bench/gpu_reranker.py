@@ -23,7 +23,7 @@ its figures: steps, seconds, loss, pairs/s, tokens/s and peak accelerator memory
 names the real encoder's id, so it loads on the full encoder here (:func:`retrieval.cross_encoder.load_cross_encoder`).
 ``--negatives-skip`` with a comma list writes one ``groups-skipN.jsonl.xz`` per depth (``train --groups`` picks
 one); ``--dev-share`` keeps that share of the LeCoQA training questions out of the groups as a dev split
-(:func:`flows.train_reranker.lecoqa_dev_split`); ``--eval`` writes ``eval.jsonl.xz``, the held-out candidates
+(:func:`retrieval.rerank_data.lecoqa_dev_split`); ``--eval`` writes ``eval.jsonl.xz``, the held-out candidates
 (:func:`eval_cases`), which ``train --eval`` scores after training into ``info.eval`` (:func:`evaluate_cases`:
 the figures of ``bench/rerank_bench.py`` with no faiss and nothing but JSON to bring back); ``--init-into-body``
 carries the init's layers as the packed body's instead of beside it (one 50 MB body, not two).
@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 def export(args) -> dict:
     """Write the pack folder (module docstring); returns its file sizes (bytes)."""
     from carry_body import pack
-    from flows.train_reranker import CORPUS, QA, check_sources, prepare
+    from flows.train_reranker import CORPUS, HELD_OUT, QA, check_sources, prepare
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,8 @@ def export(args) -> dict:
     meta = {"encoder_model_id": b.model_id, "index_version": b.version, "groups": counts, "max_chars": args.max_chars,
             "body_rows": body["rows"], "held_out": HELD_OUT + (f"; LeCoQA dev {args.dev_share} of its training "
                                                                "questions (seed 29)" if args.dev_share else ""),
-            "negatives_from": args.negatives_from, "negatives_skip": skips if len(skips) > 1 else skips[0]}
+            "negatives_from": args.negatives_from,
+            "negatives_skip": dict(zip(names, skips)) if len(skips) > 1 else skips[0]}
     if args.init:
         meta["init" if not args.init_into_body else "body_init"] = str(args.init)
         _export_init(Path(args.init), out / "init")
@@ -85,9 +86,6 @@ def export(args) -> dict:
             _merge_into_body(out / "init", out / "body")
     (out / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
     return {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file()}
-
-
-HELD_OUT = "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test"
 
 
 def _jsonl(rows: list[dict]) -> str:
@@ -107,10 +105,10 @@ def eval_cases(sets: dict, cache: str | None) -> list[dict]:
     split, ``lecoqa-dev`` (over all 13,003 articles: its own cited laws would need their own vectors)."""
     from rerank_bench import DEPTH, lecoqa_candidates
 
-    from retrieval.rerank_data import _get
+    from retrieval.rerank_data import _get, located_questions
 
     b, nq, lq = sets["bundle"], sets["ncpqa"], sets["lecoqa"]
-    test = nq[(nq["split"] == "test") & nq["doc_id"].map(lambda d: isinstance(d, str))]
+    test = located_questions(nq, "test")
     cases = [{"set": "ncpqa", "query": q, "gold": [str(d)],
               "hits": [{"doc_id": str(_get(h, "doc_id")), "text": str(_get(h, "text"))}
                        for h in b.retriever.search(q, DEPTH, mode="hybrid")]}
@@ -237,8 +235,9 @@ def train_on_pack(args) -> Path:
 
 
 def _skip_of(meta: dict, groups_file: str) -> int:
+    """The negatives depth of ``groups_file``: one for the pack, or the pack's ``{file: depth}``."""
     skip = meta.get("negatives_skip", 0)
-    return skip if isinstance(skip, int) else int(groups_file.split("skip")[1].split(".")[0])
+    return skip[groups_file] if isinstance(skip, dict) else skip
 
 
 def split_weights(part_dir: Path, mib: float) -> list[Path]:

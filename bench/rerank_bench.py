@@ -167,6 +167,7 @@ def main(argv=None) -> int:
 
     from flows.train_reranker import prepare
     from retrieval.cross_encoder import load_cross_encoder
+    from retrieval.rerank_data import located_questions
     from retrieval.rerankers import WindowBM25Reranker
 
     args = parse_args(argv)
@@ -179,7 +180,7 @@ def main(argv=None) -> int:
     ce_fns = {k: f for n, c in ces.items() for k, f in ce_systems(n, c).items()}
     systems = {"hybrid": None, "bm25-window": window.rerank, **ce_fns}
     nq = sets["ncpqa"]
-    test = nq[(nq["split"] == "test") & nq["doc_id"].map(lambda d: isinstance(d, str))].reset_index(drop=True)
+    test = located_questions(nq, "test").reset_index(drop=True)
     test = test.head(args.max_questions) if args.max_questions else test
     report = {"threads": args.threads, "ncpqa_questions": len(test), "rows": []}
     if not args.no_ncpqa:

@@ -13,8 +13,8 @@ the CPU; ``bench/gpu_reranker.py`` carries the groups and a packed body to a GPU
 data dir). ``--negatives-from hybrid`` takes the NCPQA and LeCoQA negatives from the hybrid search the
 reranker will reorder (:func:`retrieval.rerank_data.hybrid_search_rows`) instead of BM25 alone;
 ``--negatives-skip N`` leaves out its first N hits (unlabelled positives; RocketQA's denoising). ``--dev-share``
-keeps that share of the LeCoQA training questions out of training (:func:`lecoqa_dev_split`), for choosing such
-settings on them instead of on the test split.
+keeps that share of the LeCoQA training questions out of training
+(:func:`retrieval.rerank_data.lecoqa_dev_split`), for choosing such settings on them instead of on the test split.
 
 ``--init DATA/models/finetune-policysm1`` starts the body from the main job's PolicyBERT (its character/piece
 stream: the first ``--layers`` layers; the word side is not read), the default from plain e5.
@@ -77,22 +77,7 @@ def mined_docs(bundle, held_out_docs: set, corpus: Path) -> pd.DataFrame:
 
 
 NEGATIVES_FROM = ("bm25", "hybrid")
-
-
-def lecoqa_dev_split(lq: pd.DataFrame, share: float, seed: int = 29) -> pd.Series:
-    """``lq``'s ``split`` with ``share`` of its ``train`` questions moved to ``dev`` by
-    :func:`retrieval.rerank_data.lecoqa_split` (by gold article set, seed 29), so dev questions share no gold
-    article set with training ones; ``test`` is left as it is.
-
-    Raises:
-        ValueError: ``share`` outside (0, 1)."""
-    from retrieval.rerank_data import lecoqa_split
-
-    split = lq["split"].copy()
-    train = lq[split == "train"]
-    moved = lecoqa_split(train, share, seed)
-    split[train.index[(moved == "test").to_numpy()]] = "dev"
-    return split
+HELD_OUT = "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test"
 
 
 def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Path = CORPUS, log=print,
@@ -105,8 +90,9 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     ``bm25`` or ``hybrid`` (the version's hybrid search for NCPQA chunks;
     :func:`retrieval.rerank_data.hybrid_search_rows` over the statute pool for LeCoQA, its vectors cached under
     ``cache``; ``negatives_skip`` leaves out the hybrid's first hits); mined groups keep BM25's. ``dev_share``
-    (0 ≤ x < 1) moves that share of the LeCoQA training questions to a ``dev`` split (:func:`lecoqa_dev_split`),
-    kept out of training and of nothing else, for choosing settings without reading the test split.
+    (0 ≤ x < 1) moves that share of the LeCoQA training questions to a ``dev`` split
+    (:func:`retrieval.rerank_data.lecoqa_dev_split`), kept out of training and of nothing else, for choosing
+    settings without reading the test split.
 
     Raises:
         ValueError: a source or ``negatives_from`` that is not one of those (named), or a leak
@@ -114,8 +100,8 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
     """
     from retrieval.bundle import load_bundle
     from answers.candidates import sentence_offsets
-    from retrieval.rerank_data import (check_no_leak, hybrid_search_rows, lecoqa_groups, mined_groups, ncpqa_groups,
-                                       ncpqa_sentence_groups)
+    from retrieval.rerank_data import (check_no_leak, hybrid_search_rows, lecoqa_dev_split, lecoqa_groups,
+                                       located_questions, mined_groups, ncpqa_groups, ncpqa_sentence_groups)
 
     bundle = load_bundle(Path(data_dir) / "index", version)
     r = bundle.retriever
@@ -127,7 +113,7 @@ def prepare(data_dir: str, version: str | None = None, qa: Path = QA, corpus: Pa
            "lecoqa_sparse": sp, "held_out_docs": held_docs}
     if not with_groups:
         return out
-    tr_n = nq[(nq["split"] == "train") & nq["doc_id"].map(lambda d: isinstance(d, str))]
+    tr_n = located_questions(nq, "train")
     if negatives_from not in NEGATIVES_FROM:
         raise ValueError(f"negatives_from {negatives_from!r}: choose from {', '.join(NEGATIVES_FROM)}")
     hybrid = negatives_from == "hybrid"
@@ -209,7 +195,7 @@ def run(args, log=print) -> Path:
                "precision": args.precision, "seed": args.seed,
                "init": str(args.init or "encoder (plain e5)"),
                "groups": groups["source"].value_counts().to_dict(), "index_version": b.version,
-               "held_out": "NCPQA split_by_document(0.3, seed 13) test; LeCoQA lecoqa_split(0.2, seed 13) test",
+               "held_out": HELD_OUT,
                "prepare_seconds": round(time.perf_counter() - t0 - stats["seconds"], 1)}
     answer_side = sources == ("ncpqa-sentence",)  # the answer stage's cross-encoder: its own folder and file
     default_out = Path(args.data_dir) / "models" / ("answer-reranker-ce" if answer_side else "reranker-ce")

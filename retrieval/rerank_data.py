@@ -56,6 +56,25 @@ def lecoqa_split(questions: pd.DataFrame, test_share: float = 0.2, seed: int = 1
     return split
 
 
+def lecoqa_dev_split(lq: pd.DataFrame, share: float, seed: int = 29) -> pd.Series:
+    """``lq``'s ``split`` with ``share`` of its ``train`` questions moved to ``dev`` by
+    :func:`lecoqa_split` (by gold article set, seed 29), so dev questions share no gold
+    article set with training ones; ``test`` is left as it is.
+
+    Raises:
+        ValueError: ``share`` outside (0, 1)."""
+    split = lq["split"].copy()
+    train = lq[split == "train"]
+    moved = lecoqa_split(train, share, seed)
+    split[train.index[(moved == "test").to_numpy()]] = "dev"
+    return split
+
+
+def located_questions(questions: pd.DataFrame, split: str) -> pd.DataFrame:
+    """The NCPQA questions of ``split`` whose gold was located in a document (a ``doc_id`` string)."""
+    return questions[(questions["split"] == split) & questions["doc_id"].map(lambda d: isinstance(d, str))]
+
+
 def check_no_leak(train: pd.DataFrame, held_out: pd.DataFrame, held_out_docs: Sequence[str] = ()) -> None:
     """Refuse training groups (:data:`COLUMNS`) that share a ``qid`` or a question text with ``held_out``
     (columns ``qid``, ``question``), or whose positive is a document of ``held_out_docs``.

@@ -143,8 +143,7 @@ def test_lecoqa_split_keeps_gold_sets_and_texts_on_one_side():
 
 
 def test_lecoqa_dev_split_moves_training_questions_only_and_keeps_gold_sets_apart():
-    from flows.train_reranker import lecoqa_dev_split
-    from retrieval.rerank_data import lecoqa_split
+    from retrieval.rerank_data import lecoqa_dev_split, lecoqa_split
 
     path = QA / "lecoqa_train.jsonl"
     if not path.is_file():

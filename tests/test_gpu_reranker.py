@@ -109,7 +109,9 @@ def test_a_pack_with_eval_cases_reports_the_figures_this_machine_computes(body, 
         (packd / name).write_bytes(lzma.compress(text.encode("utf-8")))
     carry_body.pack(body, packd / "body", [plain])
     (packd / "meta.json").write_text(json.dumps({"encoder_model_id": model_id(body), "index_version": "v1",
-                                                 "held_out": "none (test)", "negatives_skip": [0, 10]}),
+                                                 "held_out": "none (test)",
+                                                 "negatives_skip": {"groups-skip0.jsonl.xz": 0,
+                                                                    "groups-skip10.jsonl.xz": 10}}),
                                      encoding="utf-8")
     assert gpu_reranker.main(["train", "--pack", str(packd), "--out", str(tmp_path / "part"), "--device", "cpu",
                               "--layers", "2", "--max-len", "48", "--steps", "4", "--batch", "2", "--warmup", "1",
