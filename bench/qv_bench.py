@@ -9,7 +9,7 @@ QV-attention on the last ``--qv-layers`` layers.
         [--out runs.jsonl] [--e5 E5_DIR]
     python bench/qv_bench.py --table runs.jsonl          # the side-by-side table of earlier runs only
 
-Defaults are the ``cpu-small`` budget of ``model.benchmark.runner.BUDGETS``. ``--out`` appends one JSON line
+Defaults are the ``cpu-4layer`` budget of ``model.benchmark.runner.BUDGETS``. ``--out`` appends one JSON line
 per run and a rerun skips the (task, variant, seed) already there. ``--e5 DIR`` (a converted e5-small,
 ``python -m model.e5 convert``) also prints the parameter overhead of QV on its last layer, with and without the
 token embeddings. Each QV run also reports where its gate went after training, on the dev split: mean ``β``
@@ -38,7 +38,7 @@ from model.features import WordMatcher  # noqa: E402
 
 
 def parser() -> argparse.ArgumentParser:
-    b = BUDGETS["cpu-small"]
+    b = BUDGETS["cpu-4layer"]
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None,
                     help="BERT checkpoint with a char vocab.txt (python -m model.backbones char-checkpoint)")
@@ -64,11 +64,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def budget_of(args: argparse.Namespace, qv: bool) -> Budget:
-    """cpu-small with the command line's caps; QV on the last ``--qv-layers`` layers when ``qv``."""
-    b = BUDGETS["cpu-small"]
+    """cpu-4layer (the caps the QV runs used) with the command line's caps; QV on the last ``--qv-layers`` layers when ``qv``."""
+    b = BUDGETS["cpu-4layer"]
     same = (args.steps, args.max_train, args.max_eval, args.max_len, args.layers, args.lr) == (
         b.max_steps, b.max_train, b.max_eval, b.max_len, b.layers, b.lr)
-    return replace(b, name="cpu-small" if same else "cpu-small, reduced", max_steps=args.steps,
+    return replace(b, name="cpu-4layer" if same else "cpu-4layer, reduced", max_steps=args.steps,
                    max_train=args.max_train, max_eval=args.max_eval, max_len=args.max_len, layers=args.layers,
                    lr=args.lr,
                    qv_layers=args.qv_layers if qv else 0, qv_gate_bias=args.gate_bias, qv_init=args.qv_init,

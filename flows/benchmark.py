@@ -2,7 +2,7 @@
 and SPM and evaluate on test, beside baselines that cannot learn from the encoder.
 
     python -m flows.benchmark --task cws|pos|ner|dc|sa|spm|all --model DIR [--fusion none,gate,attn] [--seeds N]
-        [--max-train N] [--max-eval N] [--budget cpu-small|gpu-base] [--no-word-add-above] [--qv-layers N]
+        [--max-train N] [--max-eval N] [--budget cpu-small|cpu-4layer|gpu-base] [--no-word-add-above] [--qv-layers N]
         [--qv-init rezero|gate-bias] [--qv-gate-bias B] [--out DIR] [--data ../shared/benchmarks]
 
 ``--model DIR`` is a BERT checkpoint with a char ``vocab.txt`` (rows ``plain`` + PolicyBERT with each
@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=3, help="training seeds per model (mean ± std)")
     p.add_argument("--max-train", type=int, default=None, help="cap on train rows (overrides the budget's)")
     p.add_argument("--max-eval", type=int, default=None, help="cap on dev/test rows (overrides the budget's)")
-    p.add_argument("--budget", default="cpu-small", choices=("cpu-small", "gpu-base", "tiny"))
+    p.add_argument("--budget", default="cpu-small", choices=("cpu-small", "cpu-4layer", "gpu-base", "tiny"))
     p.add_argument("--device", default=None, help="override the budget's device (cpu, cuda, auto)")
     p.add_argument("--out", default="eval/benchmark", help="output dir (benchmark.parquet, benchmark.md)")
     p.add_argument("--data", default=None, help="benchmark sets root (default ../shared/benchmarks)")

@@ -8,6 +8,22 @@ FUSION_INITS = ("thesis", "identity")
 TOKEN_STREAMS = ("chars", "pieces")
 
 
+def _check(fusion: str, fusion_init: str, token_stream: str, num_hidden_layers: int, num_word_layers: int,
+           fusion_start: int) -> None:
+    """Raise ValueError for a setting :class:`PolicyBertConfig` does not know or a layer count out of range."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+    if fusion_init not in FUSION_INITS:
+        raise ValueError(f"fusion_init must be one of {FUSION_INITS}, got {fusion_init!r}")
+    if token_stream not in TOKEN_STREAMS:
+        raise ValueError(f"token_stream must be one of {TOKEN_STREAMS}, got {token_stream!r}")
+    if not 0 <= num_word_layers <= num_hidden_layers:
+        raise ValueError(f"num_word_layers={num_word_layers} must be in [0, {num_hidden_layers}]")
+    if not 0 <= fusion_start <= num_hidden_layers - num_word_layers:
+        raise ValueError(f"fusion_start={fusion_start} must be in [0, {num_hidden_layers - num_word_layers}] "
+                         f"({num_hidden_layers} char layers, {num_word_layers} word layers)")
+
+
 class PolicyBertConfig(PretrainedConfig):
     """Configuration of PolicyBERT (thesis §3.1).
 
@@ -30,11 +46,15 @@ class PolicyBertConfig(PretrainedConfig):
             computes ``C + word_scale ⊙ (fusion(C, P) − C)``, so at step 0 the model outputs exactly what the body
             outputs and the word side earns its weight (ReZero, Bachlechner et al. 2020; ControlNet's zero
             convolutions, Zhang et al. 2023).
+        fusion_start: the char layer the first word layer runs beside (default 0, the thesis's: words from the
+            bottom up). ``k > 0`` keeps the word side out of char layers ``0..k-1``: words are fused into the
+            upper layers only, e.g. above a frozen, precomputed bottom (:mod:`model.benchmark.frozen`).
         token_stream: what a position holds: ``"chars"`` (one char) or ``"pieces"`` (the body's own
             SentencePiece pieces; :mod:`model.tokens`). Recorded so a checkpoint reloads with its inputs.
 
     Raises:
-        ValueError: unknown fusion, fusion_init or token_stream, or num_word_layers outside [0, num_hidden_layers].
+        ValueError: unknown fusion, fusion_init or token_stream, num_word_layers outside [0, num_hidden_layers],
+            or fusion_start outside [0, num_hidden_layers - num_word_layers].
     """
 
     model_type = "policybert"
@@ -47,15 +67,8 @@ class PolicyBertConfig(PretrainedConfig):
                  fusion: str = "gate", num_word_layers: int = 6, word_vocab_size: int = 104089,
                  max_words: int = 40, gate_bias_init: float = 5.0, classifier_dropout: float | None = None,
                  word_add_above: bool = True, fusion_init: str = "thesis", token_stream: str = "chars",
-                 **kwargs):
-        if fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
-        if fusion_init not in FUSION_INITS:
-            raise ValueError(f"fusion_init must be one of {FUSION_INITS}, got {fusion_init!r}")
-        if token_stream not in TOKEN_STREAMS:
-            raise ValueError(f"token_stream must be one of {TOKEN_STREAMS}, got {token_stream!r}")
-        if not 0 <= num_word_layers <= num_hidden_layers:
-            raise ValueError(f"num_word_layers={num_word_layers} must be in [0, {num_hidden_layers}]")
+                 fusion_start: int = 0, **kwargs):
+        _check(fusion, fusion_init, token_stream, num_hidden_layers, num_word_layers, fusion_start)
         kwargs.setdefault("is_decoder", False)
         kwargs.setdefault("add_cross_attention", False)
         tie = kwargs.pop("tie_word_embeddings", True)
@@ -80,6 +93,7 @@ class PolicyBertConfig(PretrainedConfig):
         self.word_add_above = word_add_above
         self.fusion_init = fusion_init
         self.token_stream = token_stream
+        self.fusion_start = fusion_start
         self.classifier_dropout = classifier_dropout
         self.tie_word_embeddings = tie
         self.is_decoder = kwargs["is_decoder"]

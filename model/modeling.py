@@ -8,7 +8,8 @@ Per char layer l: the char states go through BERT layer l; for l < L_w the word 
 word layer l, are projected onto chars ``P = Mᵀ·W`` (batch, seq_len, hidden) and fused by
 ``config.fusion``: none ``C + P`` (ZEN), gate ``C + sigmoid(Linear([C; P])) ⊙ P`` (bias 5.0), attn
 ``LayerNorm(C + Dropout(MHA(q=C, k=P, v=P)))`` with padding masked. For l >= L_w the last word states
-are added as in ZEN (``config.word_add_above``; False stops fusing after layer L_w).
+are added as in ZEN (``config.word_add_above``; False stops fusing after layer L_w). ``config.fusion_start = k``
+shifts the word side up: word layer j runs beside char layer k + j, and char layers below k see no words.
 
 ``config.fusion_init="identity"`` (a pretrained body, SPEC §6 "On a pretrained body"): every fused layer l
 computes ``C + s_l ⊙ Δ_l`` where ``Δ_l`` is what its fusion adds to C (none/above: ``P``; gate:
@@ -134,30 +135,35 @@ class PolicyBertEncoder(nn.Module):
         self.word_layers = nn.ModuleList([BertLayer(config, layer_idx=i) for i in range(config.num_word_layers)])
         self.fusion = nn.ModuleList([_FUSION[config.fusion](config) for _ in range(config.num_word_layers)])
         self.add_above = getattr(config, "word_add_above", True)
+        self.fusion_start = getattr(config, "fusion_start", 0)
         fused = 0 if not config.num_word_layers else (
-            config.num_hidden_layers if self.add_above else config.num_word_layers)
+            config.num_hidden_layers - self.fusion_start if self.add_above else config.num_word_layers)
         identity = getattr(config, "fusion_init", "thesis") == "identity"
         self.fusion_scale = nn.ModuleList([WordScale(config) for _ in range(fused)]) if identity else None
 
     def forward(self, chars: torch.Tensor, char_mask: torch.Tensor, words: torch.Tensor | None,
                 word_mask: torch.Tensor | None, matching_matrix: torch.Tensor | None) -> torch.Tensor:
-        """chars (batch, seq_len, hidden), words (batch, max_words, hidden), masks 0/1 -> (batch, seq_len, hidden)."""
+        """chars (batch, seq_len, hidden), words (batch, max_words, hidden), masks 0/1 -> (batch, seq_len, hidden).
+
+        Char layer i meets word step ``j = i - fusion_start`` (none while j < 0); a caller that removed the bottom
+        char layers (:mod:`model.benchmark.frozen`) lowers ``fusion_start`` by as many."""
         char_add = additive_mask(char_mask, chars.dtype)
         use_words = words is not None and len(self.word_layers) > 0
         if use_words:
             word_add = additive_mask(word_mask, words.dtype)
             m_t = matching_matrix.transpose(1, 2).to(chars.dtype)  # (batch, seq_len, max_words)
         for i, layer in enumerate(self.layer):
-            if use_words and i < len(self.word_layers):
-                words = self.word_layers[i](words, word_add)
+            j = i - self.fusion_start
+            if use_words and 0 <= j < len(self.word_layers):
+                words = self.word_layers[j](words, word_add)
             chars = layer(chars, char_add)
-            if use_words and (i < len(self.fusion) or self.add_above):
+            if use_words and j >= 0 and (j < len(self.fusion) or self.add_above):
                 projected = torch.bmm(m_t, words)
                 if self.fusion_scale is not None:  # identity init: C + s ⊙ Δ, s = 0 at step 0
-                    delta = self.fusion[i].delta(chars, projected, char_mask) if i < len(self.fusion) else projected
-                    chars = chars + self.fusion_scale[i](delta)
+                    delta = self.fusion[j].delta(chars, projected, char_mask) if j < len(self.fusion) else projected
+                    chars = chars + self.fusion_scale[j](delta)
                 else:
-                    chars = self.fusion[i](chars, projected, char_mask) if i < len(self.fusion) else chars + projected
+                    chars = self.fusion[j](chars, projected, char_mask) if j < len(self.fusion) else chars + projected
         return chars
 
 

@@ -3,7 +3,7 @@ training: :func:`train` runs any model whose forward returns an output with ``.l
 
 Device ``auto`` picks CUDA (bf16 autocast) when present, else CPU. AdamW with linear warmup/decay
 (transformers), gradient accumulation, gradient clipping, seeded data order per epoch. Where a run stands is a
-typed :class:`TrainState`; evaluation (with best-by-dev), saving, logging and progress are :class:`Callback`\ s.
+typed :class:`TrainState`; evaluation (with best-by-dev), saving, logging and progress are :class:`Callback` objects.
 The logged loss is the mean step loss over the logging window, a step's loss the mean over its micro-batches.
 With a ``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, the state)
 every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and ends with the same

@@ -15,8 +15,11 @@ QV-attention (SPEC §11): a budget with ``qv_layers = N > 0`` puts Query-Value a
 ``config.qv_layers`` / ``qv_init`` / ``qv_gate_bias`` are saved with the model and :func:`load_finetuned`
 rebuilds it exactly.
 
-Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows, steps, length and layers to fit all six tasks x plain +
-gate x 3 seeds on 2 CPU cores within an hour; ``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
+Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows (2,000), steps (375 of 16, dev every 125) and length
+(64), and trains only e5's top 4 of 12 layers above a frozen bottom computed once per example
+(:mod:`model.benchmark.frozen`), so SA, NER and SPM x plain + gate x 3 seeds fit 2 CPU cores in about an hour;
+``cpu-4layer`` is the earlier cap (the body cut to its first 4 layers, 125 steps; the QV-attention runs);
+``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
 batch 32, lr 5e-5, max length 128, every layer).
 """
 from __future__ import annotations
@@ -47,7 +50,9 @@ class Budget:
     example, evaluations per run (dev at each epoch end, or every ``eval_every`` steps), device, and QV-attention
     on the last ``qv_layers`` char layers of sequence-task models (0 = off; initialisation ``qv_init``, ``rezero``
     or ``gate-bias``, gate bias ``qv_gate_bias``, None = the init's own, rezero's learning-rate multiplier on
-    ``γ`` ``qv_gamma_scale``; SPEC §11, :mod:`model.qv_attention`)."""
+    ``γ`` ``qv_gamma_scale``; SPEC §11, :mod:`model.qv_attention`), and ``frozen_layers``: the bottom char layers
+    kept frozen and computed once per example (:mod:`model.benchmark.frozen`; PolicyBERT's word side then runs
+    beside the layers above them, ``fusion_start``; 0 = every layer trains)."""
 
     name: str
     max_train: int | None
@@ -67,13 +72,16 @@ class Budget:
     qv_gate_bias: float | None = None
     qv_init: str = "rezero"
     qv_gamma_scale: float = 100.0
+    frozen_layers: int = 0
 
     def describe(self) -> str:
         """One line for the table: the caps of this budget."""
         return (f"{self.name}: train <= {self.max_train or 'all'} rows, dev/test <= {self.max_eval or 'all'}, "
                 f"{f'{self.max_steps} steps' if self.max_steps else f'{self.epochs} epochs'}, batch {self.batch_size}, "
                 f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
-                f"word layers {self.word_layers}" + ("" if self.word_add_above else ", words fused in word layers only")
+                f"word layers {self.word_layers}"
+                + (f", bottom {self.frozen_layers} char layers frozen and precomputed" if self.frozen_layers else "")
+                + ("" if self.word_add_above else ", words fused in word layers only")
                 + (f", QV-attention on the last {self.qv_layers} layer(s) ({self._qv_init_text()})"
                    if self.qv_layers else ""))
 
@@ -87,8 +95,11 @@ class Budget:
 
 
 BUDGETS: dict[str, Budget] = {
-    "cpu-small": Budget("cpu-small", max_train=2000, max_eval=1000, epochs=1, max_steps=125, batch_size=16,
-                        lr=1e-4, max_len=64, layers=4, word_layers=1, max_words=24, device="cpu"),
+    "cpu-small": Budget("cpu-small", max_train=2000, max_eval=1000, epochs=1, max_steps=375, batch_size=16,
+                        lr=1e-4, max_len=64, layers=None, word_layers=1, max_words=24, eval_every=125, device="cpu",
+                        frozen_layers=8),
+    "cpu-4layer": Budget("cpu-4layer", max_train=2000, max_eval=1000, epochs=1, max_steps=125, batch_size=16,
+                         lr=1e-4, max_len=64, layers=4, word_layers=1, max_words=24, device="cpu"),
     "gpu-base": Budget("gpu-base", max_train=None, max_eval=None, epochs=3, max_steps=None, batch_size=32,
                        lr=5e-5, max_len=128, layers=None, word_layers=2, max_words=40, device="auto"),
     "tiny": Budget("tiny", max_train=24, max_eval=16, epochs=1, max_steps=3, batch_size=8, lr=1e-3, max_len=32,
@@ -165,7 +176,8 @@ def _build_body_model(model_dir, variant: str, splits: Splits, budget: Budget, e
 
     cfg = config_from_backbones(str(model_dir), None, fusion=variant, word_vocab_size=matcher.size,
                                 max_words=budget.max_words, word_add_above=budget.word_add_above, **layers, **head,
-                                num_word_layers=min(budget.word_layers, budget.layers or 10 ** 6))
+                                fusion_start=budget.frozen_layers,
+                                num_word_layers=min(budget.word_layers, (budget.layers or 10 ** 6) - budget.frozen_layers))
     m = (PolicyBertForTokenClassification if token else PolicyBertForSequenceClassification)(cfg)
     init_from_backbones(m, str(model_dir))
     init_word_encoder(m, enc, matcher)
@@ -260,8 +272,9 @@ def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, bu
                       eval_batch_size=budget.batch_size * 2, lr=budget.lr, seed=seed, device=budget.device,
                       log_every=max(1, (budget.max_steps or 100) // 5), save_every=0, eval_every=budget.eval_every)
     t0 = time.perf_counter()
-    run = train(model, data["train"], fn, cfg, log,
-                evaluate=lambda m: evaluate(m, data["dev"], splits.dev, splits, fn, budget), best_metric=metric)
+    with _bottom(model, budget, [data["train"], data["dev"]], fn, enc.pad):
+        run = train(model, data["train"], fn, cfg, log,
+                    evaluate=lambda m: evaluate(m, data["dev"], splits.dev, splits, fn, budget), best_metric=metric)
     test = evaluate(model, data["test"], splits.test, splits, fn, budget)
     if save_dir is not None:
         save_finetuned(model, save_dir, model_dir)
@@ -269,6 +282,19 @@ def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, bu
             "best_step": run["best"]["step"] if run["best"] else None, "device": run["device"],
             "train_rows": len(splits.train), "test_rows": len(splits.test), "note": splits.note,
             "budget": asdict(budget)}
+
+
+def _bottom(model: torch.nn.Module, budget: Budget, splits: list, collate_fn: Callable, pad: int):
+    """The budget's frozen, precomputed bottom (:func:`model.benchmark.frozen.cached_bottom`), or no change."""
+    from contextlib import nullcontext
+
+    from model.benchmark.frozen import cached_bottom
+    from model.training import resolve_device
+
+    if not budget.frozen_layers:
+        return nullcontext(model)
+    model.to(resolve_device(budget.device))
+    return cached_bottom(model, budget.frozen_layers, splits, collate_fn, pad, max(budget.batch_size * 2, 8))
 
 
 CHAR_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json")
