@@ -64,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def budget_of(args: argparse.Namespace, qv: bool) -> Budget:
-    """cpu-4layer (the caps the QV runs used) with the command line's caps; QV on the last ``--qv-layers`` layers when ``qv``."""
+    """cpu-4layer (the caps the QV runs used) with the command line's caps; QV on the last ``--qv-layers``
+    layers when ``qv``."""
     b = BUDGETS["cpu-4layer"]
     same = (args.steps, args.max_train, args.max_eval, args.max_len, args.layers, args.lr) == (
         b.max_steps, b.max_train, b.max_eval, b.max_len, b.layers, b.lr)

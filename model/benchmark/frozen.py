@@ -66,6 +66,8 @@ def bottom_states(model: nn.Module, k: int, examples: Sequence[dict], collate_fn
                   batch_size: int = 32) -> dict[tuple[int, bytes, bytes], torch.Tensor]:
     """Each example's states after char layer ``k - 1`` (embeddings alone for ``k = 0``), (its length, hidden)
     float32 on the CPU, keyed by its ids and token types."""
+    from model.modeling import additive_mask
+
     base, encoder = _parts(model)
     was_training = model.training
     model.eval()
@@ -77,7 +79,7 @@ def bottom_states(model: nn.Module, k: int, examples: Sequence[dict], collate_fn
         tt = batch.get("token_type_ids")
         tt = torch.zeros_like(ids) if tt is None else tt.to(dev)
         h = base.embeddings(input_ids=ids, token_type_ids=tt)
-        ext = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+        ext = additive_mask(mask, h.dtype)
         for layer in encoder.layer[:k]:
             h = layer(h, ext)
             h = h[0] if isinstance(h, tuple) else h

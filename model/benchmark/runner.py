@@ -177,7 +177,8 @@ def _build_body_model(model_dir, variant: str, splits: Splits, budget: Budget, e
     cfg = config_from_backbones(str(model_dir), None, fusion=variant, word_vocab_size=matcher.size,
                                 max_words=budget.max_words, word_add_above=budget.word_add_above, **layers, **head,
                                 fusion_start=budget.frozen_layers,
-                                num_word_layers=min(budget.word_layers, (budget.layers or 10 ** 6) - budget.frozen_layers))
+                                num_word_layers=min(budget.word_layers,
+                                                    (budget.layers or 10 ** 6) - budget.frozen_layers))
     m = (PolicyBertForTokenClassification if token else PolicyBertForSequenceClassification)(cfg)
     init_from_backbones(m, str(model_dir))
     init_word_encoder(m, enc, matcher)
