@@ -335,3 +335,36 @@ def test_pretraining_config_carries_word_add_above_from_the_profile(tmp_path):
     assert _pretraining_config(scratch, 70, 4, None, None).word_add_above is False
     plain = _pretraining_config({**scratch, "fusion": PLAIN_BERT}, 70, 4, None, None)
     assert plain.model_type == "bert" and not hasattr(plain, "word_add_above")
+
+
+def test_lr_scales_train_the_named_parameters_faster_and_are_checked():
+    from model.training import _optimizer, parse_lr_scales
+
+    cfg = TrainConfig(lr=1e-3, lr_scales="classifier=20")
+    model = _model()
+    names = {n: p for n, p in model.named_parameters()}
+    opt = _optimizer(model, cfg)
+    lrs = {id(p): (g["lr"], g["weight_decay"]) for g in opt.param_groups for p in g["params"]}
+    assert lrs[id(names["classifier.weight"])] == (pytest.approx(0.02), 0.01)
+    assert lrs[id(names["classifier.bias"])] == (pytest.approx(0.02), 0.0)
+    assert {lrs[id(p)][0] for n, p in names.items() if not n.startswith("classifier")} == {1e-3}
+    assert len(lrs) == len(names)  # every trainable parameter in exactly one group
+    # the default is the two groups of before: decay, then no decay, at lr
+    plain = _optimizer(_model(), TrainConfig(lr=1e-3))
+    assert [(g["lr"], g["weight_decay"]) for g in plain.param_groups] == [(1e-3, 0.01), (1e-3, 0.0)]
+    # a step of training moves the scaled head further than the unscaled one would
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    moved = {}
+    for spec in ("", "classifier=20"):
+        m = _model()
+        before = m.classifier.weight.detach().clone()
+        train(m, _examples(16), fn, TrainConfig(max_steps=1, batch_size=16, lr=1e-3, warmup_ratio=0, save_every=0,
+                                                 lr_scales=spec), log=lambda s: None)
+        moved[spec] = (m.classifier.weight.detach() - before).abs().max().item()
+    assert moved["classifier=20"] > 5 * moved[""]
+    assert parse_lr_scales(" classifier=20 , bert.pooler=0.5") == [("classifier", 20.0), ("bert.pooler", 0.5)]
+    for bad in ("classifier", "classifier=0", "=3", "classifier=x"):
+        with pytest.raises(ValueError, match="lr_scales"):
+            TrainConfig(lr_scales=bad)
+    with pytest.raises(ValueError, match="no trainable parameter"):
+        _optimizer(_model(), TrainConfig(lr_scales="heads=5"))

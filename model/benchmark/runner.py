@@ -16,8 +16,9 @@ QV-attention (SPEC §11): a budget with ``qv_layers = N > 0`` puts Query-Value a
 rebuilds it exactly.
 
 Budgets (:data:`BUDGETS`): ``cpu-small`` caps train rows (2,000), steps (375 of 16, dev every 125) and length
-(64), and trains only e5's top 4 of 12 layers above a frozen bottom computed once per example
-(:mod:`model.benchmark.frozen`), so SA, NER and SPM x plain + gate x 3 seeds fit 2 CPU cores in about an hour;
+(64), and trains only e5's top 8 of 12 layers above a frozen bottom computed once per example
+(:mod:`model.benchmark.frozen`), at lr 2e-4 with the new head at 30x (ULMFiT's discriminative rates), so SA,
+NER and SPM x plain + gate x 3 seeds fit 2 CPU cores in under an hour and a half;
 ``cpu-4layer`` is the earlier cap (the body cut to its first 4 layers, 125 steps; the QV-attention runs);
 ``gpu-base`` is the thesis's fine-tuning (full sets, 3 epochs,
 batch 32, lr 5e-5, max length 128, every layer).
@@ -52,7 +53,8 @@ class Budget:
     or ``gate-bias``, gate bias ``qv_gate_bias``, None = the init's own, rezero's learning-rate multiplier on
     ``γ`` ``qv_gamma_scale``; SPEC §11, :mod:`model.qv_attention`), and ``frozen_layers``: the bottom char layers
     kept frozen and computed once per example (:mod:`model.benchmark.frozen`; PolicyBERT's word side then runs
-    beside the layers above them, ``fusion_start``; 0 = every layer trains)."""
+    beside the layers above them, ``fusion_start``; 0 = every layer trains), and ``head_lr_scale``: the new
+    task head (``classifier``) trains at ``lr x head_lr_scale`` (:attr:`model.training.TrainConfig.lr_scales`)."""
 
     name: str
     max_train: int | None
@@ -73,6 +75,7 @@ class Budget:
     qv_init: str = "rezero"
     qv_gamma_scale: float = 100.0
     frozen_layers: int = 0
+    head_lr_scale: float = 1.0
 
     def describe(self) -> str:
         """One line for the table: the caps of this budget."""
@@ -81,6 +84,7 @@ class Budget:
                 f"lr {self.lr:g}, max len {self.max_len}, char layers {self.layers or 'all'}, "
                 f"word layers {self.word_layers}"
                 + (f", bottom {self.frozen_layers} char layers frozen and precomputed" if self.frozen_layers else "")
+                + (f", head lr x{self.head_lr_scale:g}" if self.head_lr_scale != 1 else "")
                 + ("" if self.word_add_above else ", words fused in word layers only")
                 + (f", QV-attention on the last {self.qv_layers} layer(s) ({self._qv_init_text()})"
                    if self.qv_layers else ""))
@@ -96,8 +100,8 @@ class Budget:
 
 BUDGETS: dict[str, Budget] = {
     "cpu-small": Budget("cpu-small", max_train=2000, max_eval=1000, epochs=1, max_steps=375, batch_size=16,
-                        lr=1e-4, max_len=64, layers=None, word_layers=1, max_words=24, eval_every=125, device="cpu",
-                        frozen_layers=8),
+                        lr=2e-4, max_len=64, layers=None, word_layers=1, max_words=24, eval_every=125, device="cpu",
+                        frozen_layers=4, head_lr_scale=30.0),
     "cpu-4layer": Budget("cpu-4layer", max_train=2000, max_eval=1000, epochs=1, max_steps=125, batch_size=16,
                          lr=1e-4, max_len=64, layers=4, word_layers=1, max_words=24, device="cpu"),
     "gpu-base": Budget("gpu-base", max_train=None, max_eval=None, epochs=3, max_steps=None, batch_size=32,
@@ -187,10 +191,12 @@ def _build_body_model(model_dir, variant: str, splits: Splits, budget: Budget, e
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, batch_size: int,
-            device: str = "auto", labels: Sequence[str] = ()) -> list:
-    """Argmax label ids: per example a list over its window's chars (token tasks; a pieces window's token
-    predictions spread over its chars by ``labels``, :func:`model.benchmark.inputs.char_predictions`, SPEC §6)
-    or one id (sequence tasks)."""
+            device: str = "auto", labels: Sequence[str] = (), constrained: bool = True) -> list:
+    """Predicted label ids: per example a list over its window's chars (token tasks: the best sequence the tag
+    scheme allows, :func:`model.benchmark.decoding.decode_window`, or the per-token argmax with
+    ``constrained=False``; a pieces window's token predictions spread over its chars by ``labels``,
+    :func:`model.benchmark.inputs.char_predictions`, SPEC §6) or one argmax id (sequence tasks)."""
+    from model.benchmark.decoding import decode_window
     from model.training import autocast, batches, resolve_device
 
     dev = resolve_device(device)
@@ -200,11 +206,12 @@ def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, 
         ex = [examples[i] for i in b]
         batch = {k: v.to(dev) for k, v in collate_fn(ex).items() if k != "labels"}
         with autocast(dev):
-            ids = model(**batch).logits.float().argmax(-1).cpu()
-        if ids.dim() == 2:
-            out += [char_predictions(e, ids[j, 1:].tolist(), labels) for j, e in enumerate(ex)]
+            logp = model(**batch).logits.float().log_softmax(-1).cpu()
+        if logp.dim() == 3:
+            out += [char_predictions(e, decode_window(logp[j, 1:].numpy(), e, labels) if constrained
+                                     else logp[j, 1:].argmax(-1).tolist(), labels) for j, e in enumerate(ex)]
         else:
-            out += ids.tolist()
+            out += logp.argmax(-1).tolist()
     return out
 
 
@@ -271,7 +278,8 @@ def finetune_task(splits: Splits, model_dir: str | os.PathLike, variant: str, bu
     metric = splits.task.metric
     cfg = TrainConfig(epochs=budget.epochs, max_steps=budget.max_steps, batch_size=budget.batch_size,
                       eval_batch_size=budget.batch_size * 2, lr=budget.lr, seed=seed, device=budget.device,
-                      log_every=max(1, (budget.max_steps or 100) // 5), save_every=0, eval_every=budget.eval_every)
+                      log_every=max(1, (budget.max_steps or 100) // 5), save_every=0, eval_every=budget.eval_every,
+                      lr_scales=f"classifier={budget.head_lr_scale:g}" if budget.head_lr_scale != 1 else "")
     t0 = time.perf_counter()
     with _bottom(model, budget, [data["train"], data["dev"]], fn, enc.pad):
         run = train(model, data["train"], fn, cfg, log,
