@@ -72,20 +72,19 @@ def viterbi(log_probs: np.ndarray, trans: np.ndarray, start: np.ndarray | None =
     return path[::-1]
 
 
-def decode_window(log_probs: np.ndarray, example: dict, labels: Sequence[str]) -> list[int]:
+def decode_window(log_probs: np.ndarray, example: dict,
+                  masks: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list[int]:
     """The constrained label ids of one window's tokens (``[CLS]`` excluded, ``example["n_tokens"]`` or ``["n"]``
-    of them): tokens that cover no char (a bare ``▁`` piece) keep their argmax and are skipped by the chain; the
-    sentence's start rule applies when the window starts at its first char, the end rule only when the example
-    says it reaches the sentence's last (``example["last"]``: a window cut inside a sentence may end inside a
-    word)."""
+    of them), ``masks`` the labels' :func:`allowed_transitions` (computed once per prediction run): tokens that
+    cover no char (a bare ``▁`` piece) keep their argmax and are skipped by the chain; the sentence's start rule
+    applies when the window starts at its first char; the end rule is not applied (a window cut inside a
+    sentence may end inside a word)."""
     n = example.get("n_tokens", example["n"])
     ids = log_probs[:n].argmax(-1).tolist()
     spans = example.get("token_spans")
     keep = [i for i in range(n) if spans is None or spans[i][1] > spans[i][0]]
-    start, trans, end = allowed_transitions(labels)
-    path = viterbi(log_probs[keep], trans, start if example["start"] == 0 else None,
-                   end if example.get("last", False) else None)
-    for i, p in zip(keep, path):
+    start, trans, _ = masks
+    for i, p in zip(keep, viterbi(log_probs[keep], trans, start if example["start"] == 0 else None)):
         ids[i] = p
     return ids
 

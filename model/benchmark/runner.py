@@ -196,9 +196,10 @@ def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, 
     scheme allows, :func:`model.benchmark.decoding.decode_window`, or the per-token argmax with
     ``constrained=False``; a pieces window's token predictions spread over its chars by ``labels``,
     :func:`model.benchmark.inputs.char_predictions`, SPEC §6) or one argmax id (sequence tasks)."""
-    from model.benchmark.decoding import decode_window
+    from model.benchmark.decoding import allowed_transitions, decode_window
     from model.training import autocast, batches, resolve_device
 
+    masks = allowed_transitions(labels) if constrained and labels else None
     dev = resolve_device(device)
     model.to(dev).eval()
     out: list = []
@@ -208,7 +209,7 @@ def predict(model: torch.nn.Module, examples: list[dict], collate_fn: Callable, 
         with autocast(dev):
             logp = model(**batch).logits.float().log_softmax(-1).cpu()
         if logp.dim() == 3:
-            out += [char_predictions(e, decode_window(logp[j, 1:].numpy(), e, labels) if constrained
+            out += [char_predictions(e, decode_window(logp[j, 1:].numpy(), e, masks) if masks
                                      else logp[j, 1:].argmax(-1).tolist(), labels) for j, e in enumerate(ex)]
         else:
             out += logp.argmax(-1).tolist()
