@@ -6,10 +6,13 @@
 On the answer evaluation's split (NCPQA, by document, test share 0.3, seed 13: ``flows.answer_eval``), the same
 scorer recipe (:func:`answers.fit.fit_scorer`) is fitted on the training questions twice, with the span features
 of today and with them plus :data:`answers.rerank_features.CE_FEATURES` (the reranker ``DIR``, a cross-encoder
-part trained on the training documents' questions alone: ``flows.train_reranker --sources ncpqa-sentence``), and
-both are measured on the held-out questions, with the paired difference of hit@1 (questions won / lost); with
-``--cross-fit`` a third scorer reads cross-fitted features (:func:`cross_fitted`). The examples (search, candidates, features: minutes) are cached in
-``--examples``.
+part trained on the training documents' questions alone, ``flows.train_reranker --sources ncpqa-sentence``, or on
+no NCPQA question at all, ``--sources lecoqa,mined``), and both are measured on the held-out questions, with the
+paired difference of hit@1 (questions won / lost); with ``--cross-fit`` a third scorer reads cross-fitted features
+(:func:`cross_fitted`). It also prints how often, inside the gold document, the cross-encoder's best sentence
+holds the answer, beside BM25's (:func:`sentence_picks`), on the held-out and the training questions: a gap
+between the two splits is the memorising that makes in-sample features leak. The examples (search, candidates,
+features: minutes) are cached in ``--examples``.
 """
 from __future__ import annotations
 
@@ -85,6 +88,32 @@ def cross_fitted(backend, q, tr: list, te: list, steps: int, log=print) -> tuple
     return with_ce(tr, other), with_ce(te, lambda row: mean), records
 
 
+def sentence_picks(exs: list, score) -> dict:
+    """Inside the gold document, how often the best sentence holds the gold span: BM25's best of all its
+    sentences against the cross-encoder's best of the cascade's focus (:func:`answers.rerank_features.
+    sentence_scores`). ``exs``: (row, Prepared) pairs whose row has ``doc_id``, ``gold_start`` and ``gold_end``
+    (offsets into the cleaned text, chars; a negative or missing start: no gold span); ``score``: (question,
+    sentences) -> (n,) scores. Questions whose gold document is not a candidate, whose span lies in no
+    sentence or whose document has no focus sentence are left out and counted in ``questions``' complement.
+    Returns ``{"questions", "bm25", "cross_encoder"}`` (the two shares in [0, 1])."""
+    from answers.rerank_features import sentence_scores
+
+    n = bm_ok = ce_ok = 0
+    for row, prep in exs:
+        start, end = getattr(row, "gold_start", None), getattr(row, "gold_end", None)
+        doc = next((d for d in prep.docs if d.doc_id == row.doc_id), None)
+        if doc is None or start is None or start < 0:
+            continue
+        gold = {i for i, (s, e) in enumerate(doc.sentences) if s < end and e > start}
+        ce = sentence_scores(prep.question, [doc], score)[0]
+        if not gold or np.isnan(ce).all():
+            continue
+        n += 1
+        bm_ok += int(np.argmax(doc.bm)) in gold
+        ce_ok += int(np.nanargmax(ce)) in gold
+    return {"questions": n, "bm25": round(bm_ok / max(n, 1), 3), "cross_encoder": round(ce_ok / max(n, 1), 3)}
+
+
 def paired(a, b) -> dict:
     """Questions where ``b`` hits and ``a`` misses (won) and the reverse (lost)."""
     a, b = np.asarray(a, bool), np.asarray(b, bool)
@@ -119,12 +148,15 @@ def main(argv=None) -> int:
     ce_secs = time.perf_counter() - t1
     n_pairs = sum(int(np.isfinite(p.span_x[:, -1]).any()) for _, p in te_ce)
     print(f"cross-encoder features: {ce_secs:.0f} s for {len(tr) + len(te)} questions", flush=True)
+    picks = {"test": sentence_picks(te, ce.score), "train": sentence_picks(tr, ce.score)}
+    print(f"gold document, best sentence holds the answer: {picks}", flush=True)
     base, plus = fit_scorer(tr), fit_scorer(tr_ce)  # the span features named by the matrices' width
     r0, per0 = evaluate_scorer(te, base, "scorer (today's features)")
     r1, per1 = evaluate_scorer(te_ce, plus, "scorer + cross-encoder sentence features")
     report = {"data_dir": args.data_dir, "version": backend.version, "reranker": args.reranker,
               "reranker_info": ce.info, "threads": args.threads, "questions": {"train": len(tr), "test": len(te)},
               "ce_feature_seconds": round(ce_secs, 1), "test_questions_with_scored_sentences": n_pairs,
+              "sentence_picks": picks,
               "table": [r0, r1], "paired_hit@1": paired(per0["hit1"], per1["hit1"]),
               "seconds": round(time.perf_counter() - t0, 1)}
     if args.cross_fit:

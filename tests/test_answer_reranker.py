@@ -169,3 +169,32 @@ def test_training_sources_are_checked_before_any_work(tmp_path, capsys):
     assert "bogus" in capsys.readouterr().err
     assert main(["--data-dir", str(tmp_path / "none"), "--sources", ","]) == 2
     assert "(none)" in capsys.readouterr().err
+
+
+def test_sentence_picks_compare_bm25_and_the_cross_encoder_inside_the_gold_document():
+    """bench/answer_ce_bench.py's diagnosis: in the gold document, whose best sentence holds the gold span."""
+    import sys
+    from types import SimpleNamespace
+
+    from answers.candidates import sentence_offsets
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from answer_ce_bench import sentence_picks
+
+    text = "关于展会的支持政策。对暂停举办的展会给予补助，金额不超过50万元。其他事项另行通知。"
+    sents = sentence_offsets(text)
+    assert len(sents) == 3
+    question = "暂停举办的展会有何支持政策？"
+    overlap = [len(set(question) & set(text[s:e])) for s, e in sents]
+    doc = SimpleNamespace(doc_id="d1", text=text, sentences=sents, bm=np.asarray(overlap, dtype=np.float32),
+                          entry=SimpleNamespace(asks=np.zeros(3, dtype=bool)))
+    start = text.index("给予补助")
+    gold = SimpleNamespace(doc_id="d1", gold_start=start, gold_end=start + 4)
+    digits = lambda q, ts: np.asarray([sum(c.isdigit() for c in t) for t in ts], float)  # noqa: E731
+    prep = SimpleNamespace(question=question, docs=[doc])
+    missing = SimpleNamespace(doc_id="d9", gold_start=0, gold_end=2)   # gold document not among the candidates
+    no_span = SimpleNamespace(doc_id="d1", gold_start=-1, gold_end=-1)  # answer not found in the cleaned text
+    out = sentence_picks([(gold, prep), (missing, prep), (no_span, prep)], digits)
+    assert int(np.argmax(overlap)) != 1  # BM25's stand-in prefers the heading that echoes the question
+    assert out == {"questions": 1, "bm25": 0.0, "cross_encoder": 1.0}
+    assert sentence_picks([(missing, prep)], digits) == {"questions": 0, "bm25": 0.0, "cross_encoder": 0.0}
