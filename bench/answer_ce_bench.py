@@ -94,7 +94,7 @@ def sentence_picks(exs: list, score) -> dict:
     sentence_scores`). ``exs``: (row, Prepared) pairs whose row has ``doc_id``, ``gold_start`` and ``gold_end``
     (offsets into the cleaned text, chars; a negative or missing start: no gold span); ``score``: (question,
     sentences) -> (n,) scores. Questions whose gold document is not a candidate, whose span lies in no
-    sentence or whose document has no focus sentence are left out and counted in ``questions``' complement.
+    sentence or whose document has no focus sentence are left out (not counted in ``questions``).
     Returns ``{"questions", "bm25", "cross_encoder"}`` (the two shares in [0, 1])."""
     from answers.rerank_features import sentence_scores
 
