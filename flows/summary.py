@@ -98,11 +98,22 @@ def format_summary(s: dict) -> str:
     ]
     for i, hit in enumerate(s["sample_query"], 1):
         lines.append(f"  {i}. {hit['score']:.3f} {hit['title']} [{hit['source']}] {hit['url'] or ''}")
-    a = s.get("sample_answer") or {}
-    if a:
-        lines.append(f"sample answer: {a['text'][:160]} ({a['score']:.2f}; {a['title']})" if a.get("text")
-                     else f"sample answer: {a.get('note', 'n/a')}")
+    lines += _answer_lines(s.get("sample_answer") or {})
     return "\n".join(lines)
+
+
+def _answer_lines(a: dict) -> list[str]:
+    """The sample answer as ``flows.ask`` shows it: below the version's threshold it is no answer, with the
+    closest span beside it (a summary must not present what a user would be refused as an answer)."""
+    if not a:
+        return []
+    if not a.get("text"):
+        return [f"sample answer: {a.get('note', 'n/a')}"]
+    span = f"{a['text'][:160]} ({a['score']:.2f}; {a['title']})"
+    if a.get("found", True):
+        return [f"sample answer: {span}"]
+    return [f"sample answer: no answer found (best score {a['score']:.2f} < {a.get('threshold', float('nan')):.2f}); "
+            f"closest: {span}"]
 
 
 def sample_answer(data_dir: str, question: str) -> dict:
@@ -119,4 +130,5 @@ def sample_answer(data_dir: str, question: str) -> dict:
     if not res["answers"]:
         return {"note": "no answer found"}
     a = res["answers"][0]
-    return {**{k: a[k] for k in ("text", "score", "title", "url", "start", "end")}, "found": res["found"]}
+    return {**{k: a[k] for k in ("text", "score", "title", "url", "start", "end")}, "found": res["found"],
+            "threshold": res["threshold"]}
