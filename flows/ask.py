@@ -24,6 +24,11 @@ def _public(result: dict) -> dict:
             "answers": [{k: a.get(k) for k in FIELDS} for a in result["answers"]]}
 
 
+def refusal(score: float, threshold: float) -> str:
+    """How an answer below the version's threshold is announced (here and in the main job's summary)."""
+    return f"no answer found (best score {score:.2f} < {threshold:.2f})"
+
+
 def format_result(r: dict) -> str:
     """A readable rendering of :meth:`answers.answer.Answerer.answer`'s result (answer span in 【】)."""
     lines = [f"Q: {r['question']}"]
@@ -33,7 +38,7 @@ def format_result(r: dict) -> str:
     else:
         a = ans[0]
         head = (f"A ({a['score']:.2f}): {a['text']}" if r["found"] else
-                f"no answer found (best score {a['score']:.2f} < {r['threshold']:.2f}); closest: {a['text']}")
+                f"{refusal(a['score'], r['threshold'])}; closest: {a['text']}")
         p = a["passage"]
         i = p.find(a["text"])
         shown = p[:i] + "【" + a["text"] + "】" + p[i + len(a["text"]):] if i >= 0 else p

@@ -112,8 +112,9 @@ def _answer_lines(a: dict) -> list[str]:
     span = f"{a['text'][:160]} ({a['score']:.2f}; {a['title']})"
     if a.get("found", True):
         return [f"sample answer: {span}"]
-    return [f"sample answer: no answer found (best score {a['score']:.2f} < {a.get('threshold', float('nan')):.2f}); "
-            f"closest: {span}"]
+    from flows.ask import refusal
+
+    return [f"sample answer: {refusal(a['score'], a['threshold'])}; closest: {span}"]
 
 
 def sample_answer(data_dir: str, question: str) -> dict:
