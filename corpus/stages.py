@@ -28,7 +28,7 @@ from corpus.sentences import SentenceConfig, build_sentences, sentence_counts, s
 from corpus import shards
 from corpus.shards import BucketSpill, iter_doc_groups, iter_rows, spill_dir
 from corpus.vocab import VocabConfig, count_words, covered_sentences, load_stopwords, vocab_stats, vocab_table
-from crawler.csv_import import read_corpus_csv
+from crawler.csv_import import METADATA_COLUMNS, read_corpus_csv
 from crawler.records_import import ColumnMapping, is_record_file, read_records
 from storage.contracts import Stage, folder, table
 from storage.mapped import StalePlanError, iter_parts, plan_ranges, verify_parts, write_part_stream
@@ -50,6 +50,8 @@ DOCUMENTS_SCHEMA = pa.schema([
     ("written_date", pa.date32()),
     ("content_type", pa.string()), ("fetched_at", pa.timestamp("s", tz="UTC")), ("raw_sha256", pa.string()),
     ("citation", pa.string()), ("text", pa.string()), ("external_id", pa.string()),
+    # policy metadata mapped from import columns (crawler.csv_import.METADATA_COLUMNS), read by policy.record
+    ("region", pa.string()), ("level", pa.string()), ("effective_date", pa.date32()), ("validity", pa.string()),
 ])
 
 
@@ -62,7 +64,8 @@ def import_documents(input_path: str | os.PathLike, out_dir: str | os.PathLike,
     ``sources_csv`` for URLs) or, with a ``.jsonl``/``.jsonl.gz``/``.ndjson``/``.parquet`` suffix, a record
     collection read with ``columns`` (the fields of :class:`crawler.records_import.ColumnMapping`, e.g.
     ``{"id_column": "article_id", "text_column": "text", "title_column": "law_title"}``); its ids are kept as
-    ``external_id`` and its rejected records (line, reason) go to the manifest's stats.
+    ``external_id`` and its rejected records (line, reason) go to the manifest's stats. A CSV export takes only
+    the policy metadata fields of ``columns`` (``region_column`` …: :data:`crawler.csv_import.METADATA_MAPPING`).
 
     Raises:
         crawler.csv_import.InputError: bad input (the message names the file and, where known, the line).
@@ -71,7 +74,7 @@ def import_documents(input_path: str | os.PathLike, out_dir: str | os.PathLike,
     if is_record_file(input_path):
         docs, report, rejects = read_records(input_path, ColumnMapping(**(columns or {})))
     else:
-        docs, report = read_corpus_csv(input_path, sources_csv)
+        docs, report = read_corpus_csv(input_path, sources_csv, metadata=columns)
         docs["external_id"] = None
     stats = {"documents": int(len(docs)), "sources": int(docs["source"].nunique()),
              "with_url": int(docs["url"].notna().sum()), "warnings": dict(report.warnings),
@@ -166,7 +169,7 @@ def _clean_groups(documents_dir, spill_path: Path, chrome, cfg: CleanConfig) -> 
     acc = _CleanPass()
     with TableWriter(spill_path, name="documents_clean", schema=CLEAN_SCHEMA, rows_per_shard=cfg.shard_docs) as spill:
         for docs in iter_doc_groups(documents_dir, None, cfg.shard_docs, batch_rows=cfg.shard_docs):
-            for column in ("external_id", "written_date"):  # absent from crawls and older tables
+            for column in ("external_id", "written_date", *METADATA_COLUMNS):  # absent from crawls and older tables
                 if column not in docs:
                     docs[column] = None
             acc.chars_in += int(docs["text"].fillna("").str.len().sum())

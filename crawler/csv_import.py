@@ -30,6 +30,14 @@ from crawler.textsafe import strip_controls
 REQUIRED_COLUMNS = ("title", "pubtime", "channel", "describes", "contentText")
 DOCUMENT_COLUMNS = ("doc_id", "source_id", "source", "url", "title", "pubtime", "issuer", "doc_number",
                     "written_date", "content_type", "fetched_at", "raw_sha256", "citation", "text")
+# Policy metadata an import may map from its own columns (--region-column …), kept on ``documents`` for the
+# policy record (policy.record): ``effective_date`` a date, the others strings.
+METADATA_COLUMNS = ("region", "level", "effective_date", "validity")
+# mapping field (``--region-column`` -> ``region_column``) -> the documents column it fills
+METADATA_MAPPING = {"region_column": "region", "level_column": "level", "issuer_column": "issuer",
+                    "doc_number_column": "doc_number", "published_column": "pubtime",
+                    "effective_column": "effective_date", "validity_column": "validity"}
+_DATE_FIELDS = ("pubtime", "effective_date")
 
 _DATE_RE = re.compile(r"(\d{4})\s*[-/.年]\s*(\d{1,2})\s*[-/.月]\s*(\d{1,2})")
 
@@ -194,22 +202,59 @@ def _check_structure(path: Path, header: list[str], records: list, limits: Impor
                                  f"unbalanced quote merged records)")
 
 
+def metadata_value(field: str, value) -> object:
+    """A mapped metadata value as its documents column holds it: dates parsed (:func:`parse_pubtime`, None
+    when unparsed), a boolean validity flag (LawRefBook's ``expired``) as ``"true"``/``"false"``, other values
+    as one-line strings without control characters; blanks are None."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    if field in _DATE_FIELDS:
+        return value if isinstance(value, date) else parse_pubtime(str(value))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = strip_controls(str(value), one_line=True).strip()
+    return text or None
+
+
+def check_metadata_columns(path, header: list[str], metadata: dict | None) -> dict[str, str]:
+    """The mapped metadata columns (``{"region_column": "region", …}`` -> ``{"region": "region"}``: documents
+    column -> input column).
+
+    Raises:
+        InputError: an unknown mapping field, or a mapped column the input lacks.
+    """
+    out = {}
+    for key, column in (metadata or {}).items():
+        if column is None:
+            continue
+        if key not in METADATA_MAPPING:
+            raise InputError(f"{path}: unknown metadata mapping {key!r} (known: {', '.join(METADATA_MAPPING)})")
+        if header is not None and column not in header:
+            raise InputError(f"{path}: no column {column!r} for --{key[:-7].replace('_', '-')}-column")
+        out[METADATA_MAPPING[key]] = column
+    return out
+
+
 def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | None = None,
-                    limits: ImportLimits = ImportLimits()) -> tuple[pd.DataFrame, ImportReport]:
+                    limits: ImportLimits = ImportLimits(), metadata: dict | None = None
+                    ) -> tuple[pd.DataFrame, ImportReport]:
     """Read a corpus CSV export into a ``documents`` DataFrame (columns :data:`DOCUMENT_COLUMNS`).
 
     Args:
         path: the CSV (UTF-8, header ``title,pubtime,channel,describes,contentText``).
         sources_csv: optional provenance list joined on ``describes`` for the ``url`` column.
         limits: structural sanity checks (see :class:`ImportLimits`).
+        metadata: policy metadata columns of the CSV beyond the required ones, as mapping fields
+            (``{"region_column": "地区", "validity_column": "有效性"}``, :data:`METADATA_MAPPING`); their values
+            fill ``region``, ``level``, ``issuer``, ``doc_number``, ``pubtime``, ``effective_date``, ``validity``.
 
     Returns:
-        ``(documents, report)``; ``doc_id`` is a stable 16-hex id from the row's content (a
-        repeated identical row gets a ``-2``, ``-3`` suffix). Control characters are removed from
-        every field (the title becomes one line).
+        ``(documents, report)`` (columns :data:`DOCUMENT_COLUMNS` + :data:`METADATA_COLUMNS`); ``doc_id`` is a
+        stable 16-hex id from the row's content (a repeated identical row gets a ``-2``, ``-3`` suffix). Control
+        characters are removed from every field (the title becomes one line).
 
     Raises:
-        InputError: the file is missing or unreadable, lacks a required column, is malformed (a
+        InputError: the file is missing or unreadable, lacks a required or mapped column, is malformed (a
             quoting error, a record with the wrong number of fields, a field that betrays merged
             records: the message names the line), or holds no document with text.
     """
@@ -227,6 +272,7 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
         raise InputError(f"{path}: CSV lacks required column(s) {', '.join(missing)} "
                          f"(expected {','.join(REQUIRED_COLUMNS)})")
     _check_structure(path, header, records, limits)
+    meta = check_metadata_columns(path, header, metadata)
     rows = [dict(zip(header, fields)) for _, _, fields in records]
     urls = load_source_urls(sources_csv) if sources_csv and Path(sources_csv).is_file() else {}
     report = ImportReport(rows=len(rows))
@@ -255,8 +301,13 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
             "title": strip_controls(row.get("title") or "", one_line=True), "pubtime": pub, "issuer": None,
             "doc_number": None, "written_date": None, "content_type": _content_type(url), "fetched_at": None,
             "raw_sha256": digest, "citation": describes or None, "text": text,
+            **{c: None for c in METADATA_COLUMNS},
         })
+        for field_name, column in meta.items():
+            value = metadata_value(field_name, row.get(column))
+            if value is not None or field_name in METADATA_COLUMNS:
+                records[-1][field_name] = value
     if not any(r["text"].strip() for r in records):
         raise InputError(f"{path}: empty corpus (no row with text in contentText)")
-    df = pd.DataFrame.from_records(records, columns=list(DOCUMENT_COLUMNS))
+    df = pd.DataFrame.from_records(records, columns=[*DOCUMENT_COLUMNS, *METADATA_COLUMNS])
     return df, report

@@ -1,5 +1,6 @@
 """The header table of 信息公开 pages (SPEC §2: 标题, 发文机关, 发文字号, 来源, 主题分类, 公文种类, 成文日期,
-发布日期 …): found from its label cells, read into document fields, and removed from the body text."""
+发布日期, 有效性 …): found from its label cells, read into document fields, and removed from the body text. The
+有效性 value is read as ``validity`` (the policy record's evidence ``header:有效性``, :mod:`policy.record`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ HEADER_FIELDS = {"标题": "title", "名称": "title", "文件名称": "title", 
                  "发布机关": "issuer", "发文单位": "issuer", "发文字号": "doc_number", "文号": "doc_number",
                  "来源": "source", "信息来源": "source", "主题分类": "topic", "公文种类": "doc_type",
                  "体裁分类": "doc_type", "成文日期": "written_date", "发布日期": "pubtime", "发布时间": "pubtime",
-                 "索引号": "index_no", "主题词": "keywords", "有效性": None, "公开方式": None, "公开范围": None,
+                 "索引号": "index_no", "主题词": "keywords", "有效性": "validity", "公开方式": None, "公开范围": None,
                  "组配分类": None}
 _WEAK_LABELS = frozenset(("名称", "文号", "有效性", "公开方式", "公开范围"))
 _LABEL_TAGS = frozenset(("td", "th", "span", "b", "strong", "label", "li", "dt", "dd", "em", "font", "i"))

@@ -32,7 +32,8 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from crawler.csv_import import DOCUMENT_COLUMNS, InputError, ImportReport, http_url, parse_pubtime, source_id
+from crawler.csv_import import (DOCUMENT_COLUMNS, METADATA_COLUMNS, InputError, ImportReport, check_metadata_columns,
+                                http_url, metadata_value, parse_pubtime, source_id)
 from crawler.textsafe import strip_controls
 
 RECORD_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".parquet")
@@ -44,7 +45,11 @@ MAX_INFLATED_BYTES = 16 * 1024 ** 3        # a whole file after gzip inflation (
 class ColumnMapping:
     """Field names of a record collection. ``id_column`` None: the id is the record's line (JSON Lines)
     or row number (Parquet), 1-based, as a string. Optional columns left None are null in ``documents``;
-    ``default_source`` names the source when no ``source_column`` is given."""
+    ``default_source`` names the source when no ``source_column`` is given. The policy metadata columns
+    (``region_column`` … ``validity_column``, :data:`crawler.csv_import.METADATA_MAPPING`) fill ``region``,
+    ``level``, ``issuer``, ``doc_number``, ``pubtime`` (``published_column``, when no ``pubtime_column``),
+    ``effective_date`` and ``validity``; a record's value of any JSON type is kept as text (a boolean
+    ``expired`` flag as ``"true"``/``"false"``), a date parsed or left null."""
 
     text_column: str = "text"
     title_column: str | None = "title"
@@ -53,6 +58,19 @@ class ColumnMapping:
     pubtime_column: str | None = None
     url_column: str | None = None
     default_source: str = "import"
+    region_column: str | None = None
+    level_column: str | None = None
+    issuer_column: str | None = None
+    doc_number_column: str | None = None
+    published_column: str | None = None
+    effective_column: str | None = None
+    validity_column: str | None = None
+
+    def metadata(self) -> dict[str, str]:
+        """The policy metadata columns mapped (``{"region_column": "region", …}``, only those given)."""
+        return {k: v for k, v in self.__dict__.items() if k.endswith("_column") and v is not None
+                and k not in ("text_column", "title_column", "id_column", "source_column", "pubtime_column",
+                              "url_column")}
 
 
 def is_record_file(path: str | os.PathLike) -> bool:
@@ -210,12 +228,18 @@ def _fields(line: int, rec: dict, m: ColumnMapping) -> dict | str:
         raw = json.dumps(rec, ensure_ascii=False, sort_keys=True, default=str).encode("utf-8")
     except (UnicodeEncodeError, ValueError) as exc:
         return f"record not valid Unicode ({type(exc).__name__})"
-    return {"doc_id": hashlib.sha256(ext.encode("utf-8")).hexdigest()[:16], "external_id": ext,
-            "source_id": source_id(source), "source": source, "url": url,
-            "title": (_text(rec.get(m.title_column), m.title_column, True) if m.title_column else None) or "",
-            "pubtime": parse_pubtime(str(pub or "")) if m.pubtime_column else None,
-            "issuer": None, "doc_number": None, "written_date": None, "content_type": None, "fetched_at": None,
-            "raw_sha256": hashlib.sha256(raw).hexdigest(), "citation": None, "text": text}
+    doc = {"doc_id": hashlib.sha256(ext.encode("utf-8")).hexdigest()[:16], "external_id": ext,
+           "source_id": source_id(source), "source": source, "url": url,
+           "title": (_text(rec.get(m.title_column), m.title_column, True) if m.title_column else None) or "",
+           "pubtime": parse_pubtime(str(pub or "")) if m.pubtime_column else None,
+           "issuer": None, "doc_number": None, "written_date": None, "content_type": None, "fetched_at": None,
+           "raw_sha256": hashlib.sha256(raw).hexdigest(), "citation": None, "text": text,
+           **{c: None for c in METADATA_COLUMNS}}
+    for field_name, column in check_metadata_columns(None, None, m.metadata()).items():
+        if field_name == "pubtime" and m.pubtime_column:
+            continue
+        doc[field_name] = metadata_value(field_name, rec.get(column))
+    return doc
 
 
 def _id_kind(rec: dict, m: ColumnMapping) -> str:
@@ -267,4 +291,5 @@ def read_records(path: str | os.PathLike, mapping: ColumnMapping = ColumnMapping
                          f"{len(rejects)} record(s) rejected)")
     for r in rejects:
         report.warnings[r["reason"].split(" (")[0]] += 1
-    return pd.DataFrame.from_records(docs, columns=[*DOCUMENT_COLUMNS, "external_id"]), report, rejects
+    return (pd.DataFrame.from_records(docs, columns=[*DOCUMENT_COLUMNS, "external_id", *METADATA_COLUMNS]), report,
+            rejects)

@@ -13,11 +13,14 @@ from flows.env import prefect_env, reexec_with_prefect_env
 
 PROFILE_NAMES = ("cpu-small", "cpu-scratch", "gpu-base", "tiny")  # flows.profiles.PROFILES (not imported: fast --help)
 COLUMN_FLAGS = (("id", "id"), ("text", "text"), ("title", "title"), ("source", None), ("pubtime", None), ("url", None))
+# policy metadata columns (crawler.csv_import.METADATA_MAPPING): also for a CSV export's extra columns
+METADATA_FLAGS = ("region", "level", "issuer", "doc_number", "published", "effective", "validity")
 
 
 def column_mapping(args: argparse.Namespace) -> dict | None:
     """The ``--*-column`` flags as ``ColumnMapping`` fields (only those given), or None when none is."""
-    given = {f"{name}_column": getattr(args, f"{name}_column") for name, _ in COLUMN_FLAGS}
+    given = {f"{name}_column": getattr(args, f"{name}_column") for name in
+             (*(n for n, _ in COLUMN_FLAGS), *METADATA_FLAGS)}
     given = {k: v for k, v in given.items() if v is not None}
     return given or None
 
@@ -33,6 +36,10 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}-column", default=None,
                        help=f"JSON Lines / Parquet input: the field holding the {name}" +
                             (f" (default {default!r})" if default else " (default: none)"))
+    for name in METADATA_FLAGS:
+        p.add_argument(f"--{name.replace('_', '-')}-column", default=None, dest=f"{name}_column",
+                       help=f"any input: the column holding the document's {name.replace('_', ' ')} "
+                            "(policy records; kept on documents)")
     p.add_argument("--data-dir", required=True, help="where every stage writes its outputs")
     p.add_argument("--profile", default="cpu-small", choices=PROFILE_NAMES)
     p.add_argument("--sources-csv", default=None, help="provenance list (default: policy_sources.csv beside input)")
@@ -122,10 +129,13 @@ def validate(args: argparse.Namespace) -> None:
 
         if is_record_file(args.input):
             read_records(args.input, ColumnMapping(**(column_mapping(args) or {})))  # InputError: no document
-        elif column_mapping(args):
-            raise ValueError("--*-column flags apply to JSON Lines / Parquet input only")
         else:
-            read_corpus_csv(args.input)  # InputError: missing file, missing columns, empty corpus
+            mapping = column_mapping(args) or {}
+            plain = sorted(k for k in mapping if k[:-7] not in METADATA_FLAGS)
+            if plain:
+                raise ValueError(f"--{plain[0][:-7]}-column applies to JSON Lines / Parquet input only (a CSV "
+                                 "export takes only the policy metadata flags --region-column … --validity-column)")
+            read_corpus_csv(args.input, metadata=mapping)  # InputError: missing file or column, empty corpus
     for flag, path in (("--char-backbone", args.char_backbone), ("--word-backbone", args.word_backbone)):
         if path and not any((Path(path) / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
             raise ValueError(f"{flag} {path}: not a checkpoint folder (no model.safetensors or pytorch_model.bin)")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from corpus.stages import STAGES as CORPUS
 from crawler.stages import STAGES as CRAWLER
 from model.stages import STAGES as MODEL
+from policy.stages import STAGES as POLICY
 from retrieval.contracts import STAGES as RETRIEVAL
 from storage.contracts import Registry
 
-PIPELINE = Registry((*CRAWLER, *CORPUS, *MODEL, *RETRIEVAL))
+PIPELINE = Registry((*CRAWLER, *CORPUS, *POLICY, *MODEL, *RETRIEVAL))

@@ -129,7 +129,8 @@ def corpus_stages(run: Run, input: str, registry: str | None = None, refresh: bo
     for key, name in (("clean", "clean"), ("sentences", "sentences")):
         r[key] = run.stage(name)
     r["segment"] = run.mapped("segment-plan", "segment-part", "segment", run.cfg.segment_parts)
-    for key, name in (("vocab", "vocab"), ("datasets", "datasets"), ("report", "dataset-report")):
+    for key, name in (("vocab", "vocab"), ("datasets", "datasets"), ("report", "dataset-report"),
+                      ("policy_records", "policy-records")):
         r[key] = run.stage(name)
     return r
 
