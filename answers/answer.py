@@ -29,7 +29,6 @@ from typing import Sequence
 import numpy as np
 
 from answers.candidates import Span, gap_spans, sentence_offsets
-from answers.decode import mbr_choice
 from answers.features import (STATIC, DocCandidates, Prepared, Question, doc_features, focus_sentences,
                                span_matrix, static_span_features)
 from retrieval.hits import RankedHit, SearchHit
@@ -60,6 +59,18 @@ class AnswerConfig:
     passage_chars: int = 150
     max_k: int = 20
     max_chars: int = 1000
+
+
+READER_SETTINGS = ("search_k", "max_docs", "max_doc_chars", "margin", "dense_sentences", "focus_sentences",
+                   "focus_after", "passage_chars")
+
+
+def reader_record() -> dict:
+    """Fields pinned into the reader part's manifest record (:data:`answers.parts.ANSWER_SCORER_PART`): the
+    reader (``module:class``) and the :class:`AnswerConfig` fields that change its answers
+    (:data:`READER_SETTINGS`, their defaults: what the version was published to answer with)."""
+    cfg = AnswerConfig()
+    return {"reader": "answers.reader:ScorerReader", "settings": {f: getattr(cfg, f) for f in READER_SETTINGS}}
 
 
 def check_question(question, k, cfg: AnswerConfig = AnswerConfig()) -> str:
@@ -206,45 +217,13 @@ def _dense(question: str, entries: list, bm: np.ndarray, backend, n: int) -> np.
     return out
 
 
-def passage(text: str, start: int, end: int, chars: int) -> tuple[int, int]:
-    """(start, end) of the passage shown around ``text[start:end]``: ``chars`` on each side, widened to the
-    nearest sentence or line boundary within that reach."""
-    a = max(0, start - chars)
-    cut = max(text.rfind(m, a, start) for m in "。！？；\n")
-    a = cut + 1 if cut >= a else a
-    b = min(len(text), end + chars)
-    ends = [i for i in (text.find(m, end, b) for m in "。！？；\n") if i >= 0]
-    b = max(ends) + 1 if ends else b
-    return a, b
-
-
 def rank_answers(prep: Prepared, scorer, k: int, passage_chars: int = 150) -> list[dict]:
-    """The best span of each document, best first (at most ``k``): each document's span is the scorer's
-    minimum-Bayes-risk choice among its spans (:mod:`answers.decode`; the argmax when the scorer's
-    ``mbr_temperature`` is 0), its raw score that of the document's best-scored span (documents are ranked and
-    calibrated by it). Dicts with text, score (calibrated), raw_score, doc_score, doc_id, external_id, title,
-    url, source, pubtime, start, end, passage, passage_start, passage_end, kind, doc_rank."""
-    if not prep.spans:
-        return []
-    p_doc, raw = scorer.raw_scores(prep.doc_x, prep.span_x, prep.span_doc)
-    best = {}  # document -> (its level: its best span's raw score, its spans)
-    for g, d in enumerate(prep.docs):
-        idx = np.flatnonzero(prep.span_doc == g)
-        if not d.extra and len(idx):
-            best[g] = (float(raw[idx].max()), idx)
-    out = []
-    for g in sorted(best, key=lambda g: -best[g][0])[:k]:  # stable: ties keep the retrieval order
-        d, (level, idx) = prep.docs[g], best[g]
-        pick = idx[mbr_choice([prep.spans[i].start for i in idx], [prep.spans[i].end for i in idx], raw[idx],
-                              scorer.mbr_temperature)]
-        sp = prep.spans[pick]
-        pa, pb = passage(d.text, sp.start, sp.end, passage_chars)
-        out.append({"text": d.text[sp.start:sp.end], "score": float(scorer.calibrate(level)),
-                    "raw_score": level, "doc_score": float(p_doc[g]), "doc_id": d.doc_id,
-                    **{c: d.meta.get(c) for c in ("external_id", "title", "url", "source", "pubtime")},
-                    "start": sp.start, "end": sp.end, "passage": d.text[pa:pb], "passage_start": pa,
-                    "passage_end": pb, "kind": sp.kind, "doc_rank": g + 1})
-    return out
+    """:func:`read_answers` as JSON objects (:meth:`answers.render.Answer.to_json`: text, score (calibrated),
+    raw_score, doc_score, doc_id, external_id, title, url, source, pubtime, start, end, passage, passage_start,
+    passage_end, kind, doc_rank, version)."""
+    from answers.reader import read_answers
+
+    return [a.to_json() for a in read_answers(prep, scorer, k, passage_chars)]
 
 
 class Answerer:
@@ -327,7 +306,9 @@ class Answerer:
         return backend.doc_cache.warm(backend.store, backend.tokenize, self.cfg.max_doc_chars)
 
     def answer(self, question: str, k: int = 3) -> dict:
-        """Answers to ``question``: ``{question, answers (best first, see rank_answers), found (top score >=
+        """Answers to ``question`` from the serving version's searcher, rerankers and reader
+        (:meth:`~answers.backend.SearchBackend.reader`), as JSON (:func:`answers.render.result_json`):
+        ``{question, answers (best first, :meth:`answers.render.Answer.to_json`), found (top score >=
         threshold), threshold, version, encoder, seconds}``.
 
         Raises:
@@ -337,14 +318,13 @@ class Answerer:
         """
         import time
 
+        from answers.render import result_json
+
         t = time.perf_counter()
         q = check_question(question, k, self.cfg)
         backend = self.backend()
-        scorer = self.scorer(backend)
-        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache,
-                       reranker=backend.reranker_for(scorer))
-        answers = rank_answers(prep, scorer, k, self.cfg.passage_chars)
-        return {"question": q, "answers": answers,
-                "found": bool(answers) and answers[0]["score"] >= scorer.threshold,
-                "threshold": scorer.threshold, "version": backend.version, "encoder": backend.encoder_name,
-                "seconds": time.perf_counter() - t}
+        reader = backend.reader(self.scorer_override)
+        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker)
+        answers = reader.read(q, prep, k, self.cfg.passage_chars)
+        return result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
+                           backend.version, backend.encoder_name, time.perf_counter() - t)

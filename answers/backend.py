@@ -16,7 +16,8 @@ import numpy as np
 
 from retrieval.bundle import load_bundle
 from retrieval.hits import SearchHit
-from retrieval.parts import ANSWER_RERANKER, ANSWER_SCORER, PartError, part_path
+from answers.parts import ANSWER_RERANKER_PART, ANSWER_SCORER_PART
+from retrieval.parts import PartError
 
 
 
@@ -59,14 +60,13 @@ class SearchBackend:
             answers.scorer.ScorerMissingError: the version has none (refused at publication: the reason), or
                 its file changed since publication.
             ValueError: the file is not a scorer of this code's features."""
-        from answers.scorer import ScorerMissingError, parse_scorer
+        from answers.scorer import ScorerMissingError
 
         try:
-            text = self.bundle.part_text(ANSWER_SCORER)
+            scorer = self.bundle.load(ANSWER_SCORER_PART)
         except PartError as exc:
             raise ScorerMissingError(f"{exc}; fit one on a question set: python -m flows.answer_eval "
                                      "--data-dir DATA (docs/answers.md)") from None
-        scorer = parse_scorer(text, f"the answer scorer of index {self.version}")
         self._check_pin(scorer)
         return scorer
 
@@ -79,7 +79,7 @@ class SearchBackend:
         if not reads_reranker(scorer):
             return
         want = (scorer.info.get("provenance") or {}).get("answer_reranker")
-        have = ((self.bundle.manifest.get("parts") or {}).get(ANSWER_RERANKER) or {}).get("sha256")
+        have = ((self.bundle.manifest.get("parts") or {}).get(ANSWER_RERANKER_PART.name) or {}).get("sha256")
         if not want or want != have:
             raise ScorerMissingError(f"the answer scorer reads the scores of answer cross-encoder "
                                      f"{str(want)[:12]}, which index {self.version} does not hold (it holds "
@@ -98,6 +98,24 @@ class SearchBackend:
         self._check_pin(scorer)
         return self.answer_reranker if reads_reranker(scorer) else None
 
+    def reader(self, scorer=None):
+        """The version's :class:`~answers.reader.Reader`: the span scorer (``scorer``, else the version's pinned
+        one) with the answer cross-encoder it reads, if any (:class:`~answers.reader.ScorerReader`).
+
+        Raises:
+            answers.scorer.ScorerMissingError / PartError: as :attr:`scorer` and :meth:`reranker_for`."""
+        from answers.reader import ScorerReader
+
+        scorer = scorer if scorer is not None else self.scorer
+        return ScorerReader(scorer, self.reranker_for(scorer), self.version)
+
+    @property
+    def reader_settings(self) -> dict:
+        """The answer settings pinned with the version's reader part (:func:`answers.parts.reader_record`), {}
+        for a version published before they were."""
+        rec = (self.bundle.manifest.get("parts") or {}).get(ANSWER_SCORER_PART.name)
+        return dict(rec.get("settings") or {}) if isinstance(rec, dict) else {}
+
     @cached_property
     def answer_reranker(self):
         """The version's answer cross-encoder (:class:`retrieval.cross_encoder.CrossEncoder` on its pinned
@@ -106,12 +124,9 @@ class SearchBackend:
         Raises:
             PartError: the part or its weights changed since publication.
             retrieval.cross_encoder.CrossEncoderMismatchError: trained on another encoder."""
-        from retrieval.cross_encoder import load_cross_encoder
-
-        if not self.bundle.has_part(ANSWER_RERANKER):
+        if not self.bundle.has_part(ANSWER_RERANKER_PART.name):
             return None
-        return load_cross_encoder(part_path(self.bundle.folder, self.bundle.manifest, ANSWER_RERANKER),
-                                  self._retriever.dense.encoder, self.model_id)
+        return self.bundle.load(ANSWER_RERANKER_PART)
 
     def search(self, question: str, k: int, mode: str = "hybrid",
                tokens: Sequence[str] | None = None) -> list[SearchHit]:

@@ -13,11 +13,10 @@ from pathlib import Path
 from retrieval.chunks import ChunkConfig
 from retrieval.dense import IndexConfig
 from retrieval.fusion import FusionConfig
-from retrieval.parts import ANSWER_SCORER, FittedPart
+from answers.parts import ANSWER_SCORER_PART
+from retrieval.parts import FittedPart
 from retrieval.sparse import SparseConfig
 
-SCORER_FILE = "answer-scorer.json"
-RELATED_CACHE = "cache/related"  # the INDEX contract's scratch: default pairs, embedded segments
 
 
 def scorer_part(questions: str | os.PathLike, data_dir: str | os.PathLike | None = None, tokenizer=None,
@@ -40,46 +39,50 @@ def scorer_part(questions: str | os.PathLike, data_dir: str | os.PathLike | None
         scorer, figures = fit_on_questions(backend, questions, dups, log)
         return scorer.to_json(), {"provenance": scorer.info["provenance"], "fit": figures}
 
-    return FittedPart(ANSWER_SCORER, SCORER_FILE, fit)
+    return FittedPart(ANSWER_SCORER_PART.name, ANSWER_SCORER_PART.file, fit)
+
+
+def scorer_fit(inputs: dict) -> FittedPart | None:
+    """The ``answer_scorer`` part's fit when the index stage's ``inputs`` give a question set
+    (``answer_questions``; ``clean_dir``'s data dir holds its lineage, ``tokenizer`` the loaded segmenter), else
+    None (the part is then installed from its file, if given)."""
+    if not inputs.get("answer_questions"):
+        return None
+    return scorer_part(inputs["answer_questions"], Path(inputs["clean_dir"]).parent, inputs.get("tokenizer"))
 
 
 def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
-                        parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
-                        reranker: str | os.PathLike | None = None,
-                        answer_reranker: str | os.PathLike | None = None,
-                        answer_questions: str | os.PathLike | None = None,
-                        related_pairs: str | os.PathLike | None = None,
-                        related_corpus: str | os.PathLike | None = None, related_segments: int = 1) -> dict:
-    """:func:`retrieval.stages.index_publish_stage`; with ``answer_questions`` (a question file in the NCPQA
-    format) the version's ``answer_scorer`` part is fitted on it over the staged version (:func:`scorer_part`;
-    ``answer_scorer`` is then not installed) and the result's ``serving_parts.answer_scorer.fit`` holds the fit's
-    figures; ``answer_reranker`` (a cross-encoder part) is installed before that fit, which then reads its
-    sentence scores (:mod:`answers.rerank_features`). With ``related_pairs`` (a pair file) or ``related_corpus`` (a corpus to derive the default
-    title-pattern pairs from) the version also gets its ``related`` part: LTM-B trained over the staged version
-    (:func:`docmatch.stage.related_part`, SPEC §12; its cache under ``DATA/cache/related``).
+                        parts: list[dict] | None = None, related_segments: int = 1, **part_inputs) -> dict:
+    """:func:`retrieval.stages.index_publish_stage` with every declared serving part
+    (:func:`retrieval.serving_parts.serving_parts`) built from ``part_inputs`` (the index stage's inputs the
+    declarations name: :func:`retrieval.serving_parts.index_inputs`): a part with a fit asked for (the answer
+    scorer on ``answer_questions``, :func:`scorer_fit`; the related-policies model on ``related_pairs`` or
+    ``related_corpus``, :func:`docmatch.parts.related_fit`, SPEC §12) is fitted over the staged version, and is
+    then not installed from its file; the others are installed from their files (``answer_reranker`` before
+    the scorer's fit, which then reads its sentence scores). The result's ``serving_parts.<name>`` holds each
+    part's record (a fit's figures).
 
     Raises:
+        TypeError: an input no declared part reads.
         FileNotFoundError / ValueError: naming the question file: missing, not NCPQA JSON Lines, or no question
             about a document of the version (nothing is published then; ``CURRENT`` is left as it was).
     """
+    from retrieval.serving_parts import fitted_parts, index_inputs, serving_parts
     from retrieval.stages import index_publish_stage as publish
 
-    fitted = ()
-    if answer_questions:
-        if tokenizer is None and sparse is not None:  # one segmenter load for the BM25 side and the fit
-            from retrieval.sparse import make_tokenizer
+    declared = serving_parts()
+    unknown = sorted(set(part_inputs) - set(index_inputs(declared)))
+    if unknown:
+        raise TypeError(f"index_publish_stage: no serving part reads {unknown}")
+    if part_inputs.get("answer_questions") and tokenizer is None and sparse is not None:
+        from retrieval.sparse import make_tokenizer  # one segmenter load for the BM25 side and the fit
 
-            tokenizer = make_tokenizer(sparse.segmenter)
-        fitted = (scorer_part(answer_questions, Path(clean_dir).parent, tokenizer),)
-    if related_pairs or related_corpus:
-        from docmatch.stage import related_part
-
-        fitted += (related_part(related_pairs or None, related_corpus or None,
-                                Path(clean_dir).parent / RELATED_CACHE, related_segments),)
+        tokenizer = make_tokenizer(sparse.segmenter)
+    fitted = fitted_parts(declared, {**part_inputs, "clean_dir": clean_dir, "tokenizer": tokenizer,
+                                     "related_segments": related_segments})
     return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device, sparse=sparse,
-                   fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts,
-                   answer_scorer=None if answer_questions else answer_scorer, reranker=reranker,
-                   fitted_parts=fitted, answer_reranker=answer_reranker)
+                   fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts, fitted_parts=fitted,
+                   **part_inputs)

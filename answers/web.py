@@ -33,8 +33,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 
 from answers.answer import AnswerInputError
-from crawler.csv_import import http_url
-from crawler.textsafe import strip_controls
+from answers.render import highlight_html, source_html
 
 log = logging.getLogger(__name__)
 
@@ -82,26 +81,7 @@ li{{margin:.4rem 0}} .related{{font-size:.9rem;margin:.3rem 0 0 1rem}} .related 
 <footer>{footer}</footer></body></html>"""
 
 
-def _source(a: dict) -> str:
-    """The source line of an answer: its title linked to its URL when that is an absolute http(s) address
-    (anything else, ``javascript:`` first, is shown as escaped text beside the title, never as a link)."""
-    title = html.escape(a.get("title") or a["doc_id"])
-    url = http_url(a.get("url"))
-    if url:
-        link = f'<a class="source" href="{html.escape(url, quote=True)}" rel="noopener noreferrer">{title}</a>'
-    elif a.get("url"):
-        shown = strip_controls(str(a["url"]), one_line=True)
-        link = f'<span class="source">{title}</span> <span class="url">{html.escape(shown)}</span>'
-    else:
-        link = f'<span class="source">{title}</span>'
-    meta = " · ".join(html.escape(str(x)) for x in (a.get("source"), a.get("pubtime")) if x)
-    return f"{link} <span class=\"meta\">{meta} · 第 {a['start']}–{a['end']} 字</span>"
-
-
-def _highlight(a: dict) -> str:
-    p, s = a["passage"], a["start"] - a["passage_start"]
-    e = s + (a["end"] - a["start"])
-    return html.escape(p[:s]) + "<mark>" + html.escape(p[s:e]) + "</mark>" + html.escape(p[e:])
+_source, _highlight = source_html, highlight_html  # one rendering of an answer: answers.render
 
 
 def render_result(r: dict, related: dict | None = None) -> str:

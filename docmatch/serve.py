@@ -16,10 +16,10 @@ import pandas as pd
 import torch
 
 from docmatch.ltm import from_json, mean_cosine, pad
+from docmatch.parts import RELATED_PART
 from docmatch.segments import version_matrices
 
-PART = "related"
-PART_FILE = "related.json"
+PART, PART_FILE = RELATED_PART.name, RELATED_PART.file  # declared in docmatch.parts
 
 
 class RelatedIndex:
@@ -123,3 +123,9 @@ def load(version_dir: str | os.PathLike) -> RelatedIndex:
     has_texts = isinstance((manifest.get("parts") or {}).get(TEXTS), dict)
     texts = read_texts(vdir, manifest) if has_texts else pd.DataFrame(columns=["doc_id", "title", "external_id"])
     return RelatedIndex(saved.model, mats, texts, saved.info)
+
+
+def load_part(bundle, path: Path) -> RelatedIndex:
+    """The ``related`` part's loader (:data:`docmatch.parts.RELATED_PART`): :func:`load` of the bundle's
+    version folder (``path`` already checked)."""
+    return load(bundle.folder)

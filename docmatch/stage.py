@@ -16,7 +16,7 @@ from pathlib import Path
 from docmatch.ltm import LTMConfig, save
 from docmatch.pairs import PairConfig, read_pairs, split_laws
 from docmatch.ranking import rank_metrics
-from docmatch.serve import PART_FILE
+from docmatch.serve import PART, PART_FILE
 from docmatch.train import TrainConfig, ltm_scores, train_ltm
 
 PAIRS_FORMAT = 1  # bump when docmatch.pairs derives pairs differently: cached default pair files are then rebuilt
@@ -156,4 +156,18 @@ def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, 
             log(f"related part skipped: {exc}")
             return None, {"refused": f"default related pairs from {Path(corpus).name}: {exc}"}
 
-    return FittedPart("related", PART_FILE, fit)
+    return FittedPart(PART, PART_FILE, fit)
+
+
+RELATED_CACHE = "cache/related"  # the index stage's scratch under the data dir: default pairs, embedded segments
+
+
+def related_fit(inputs: dict):
+    """The ``related`` part's fit (:data:`docmatch.parts.RELATED_PART`) when a pair file (``related_pairs``) or a
+    corpus (``related_corpus``) is given in the index stage's ``inputs`` (``clean_dir``, ``related_segments``
+    read too), else None."""
+    pairs, corpus = inputs.get("related_pairs"), inputs.get("related_corpus")
+    if not (pairs or corpus):
+        return None
+    return related_part(pairs or None, corpus or None, Path(inputs["clean_dir"]).parent / RELATED_CACHE,
+                        int(inputs.get("related_segments") or 1))

@@ -159,12 +159,13 @@ def check_installable(data_dir: str, version: str | None = None) -> None:
             version's manifest is missing or unreadable (:func:`retrieval.versions.read_manifest`).
     """
     from flows.profiles import PipelineConfig
-    from retrieval.parts import ANSWER_RERANKER, part_installed
+    from answers.parts import ANSWER_RERANKER_PART
+    from retrieval.parts import part_installed
     from retrieval.versions import current_version, read_manifest
 
     index = Path(data_dir) / "index"
     name = version or current_version(index)
-    if name and part_installed(read_manifest(index, name), ANSWER_RERANKER) and not PipelineConfig().answer_reranker:
+    if name and part_installed(read_manifest(index, name), ANSWER_RERANKER_PART.name) and not PipelineConfig().answer_reranker:
         raise ValueError("--install: this version's scorer would read its answer cross-encoder, which the "
                          "pipeline does not ship (PipelineConfig.answer_reranker is empty): every later "
                          "version would refuse it; evaluate without --install")

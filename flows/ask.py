@@ -25,30 +25,17 @@ def _public(result: dict) -> dict:
 
 
 def refusal(score: float, threshold: float) -> str:
-    """How an answer below the version's threshold is announced (here and in the main job's summary)."""
-    return f"no answer found (best score {score:.2f} < {threshold:.2f})"
+    """How an answer below the version's threshold is announced (:func:`answers.render.refusal`)."""
+    from answers.render import refusal as said
+
+    return said(score, threshold)
 
 
 def format_result(r: dict) -> str:
-    """A readable rendering of :meth:`answers.answer.Answerer.answer`'s result (answer span in 【】)."""
-    lines = [f"Q: {r['question']}"]
-    ans = r["answers"]
-    if not ans:
-        lines.append("no answer found (nothing retrieved)")
-    else:
-        a = ans[0]
-        head = (f"A ({a['score']:.2f}): {a['text']}" if r["found"] else
-                f"{refusal(a['score'], r['threshold'])}; closest: {a['text']}")
-        p = a["passage"]
-        i = p.find(a["text"])
-        shown = p[:i] + "【" + a["text"] + "】" + p[i + len(a["text"]):] if i >= 0 else p
-        lines += [head, f"   source: {a['title'] or a['doc_id']} | {a['source'] or ''} {a['pubtime'] or ''} | "
-                  f"{a['url'] or '(no url)'} | chars {a['start']}-{a['end']} of {a['doc_id']}",
-                  f"   passage: {shown}"]
-        for n, b in enumerate(ans[1:], 2):
-            lines.append(f"{n}. ({b['score']:.2f}) {b['text'][:120]} | {b['title'] or b['doc_id']} {b['url'] or ''}")
-    lines.append(f"[index {r['version']}, encoder {r['encoder']}]")
-    return "\n".join(lines)
+    """A readable rendering of :meth:`answers.answer.Answerer.answer`'s result (:func:`answers.render.result_text`)."""
+    from answers.render import result_text
+
+    return result_text(r)
 
 
 def _batch(answerer, path: str, k: int) -> int:

@@ -147,9 +147,10 @@ def model_stages(run: Run) -> dict:
 
 
 def serving_part_files(run: Run) -> None:
-    """Give the index stage the files of its serving parts as inputs (their content enters its cache key),
-    relative paths resolved from the repository root: ``answer_reranker``, ``answer_scorer`` and ``reranker``
-    (installed) or, with
+    """Give the index stage the files of its serving parts as inputs (their content enters its cache key): the
+    inputs each declared part reads (:mod:`retrieval.serving_parts`) set in the run's config, relative paths
+    resolved from the repository root: ``answer_reranker``, ``answer_scorer`` and ``reranker`` (installed) or,
+    with
     ``answer_questions`` set, the question set the answer scorer is fitted on instead (:mod:`answers.stages`),
     and the pair file or corpus the related-policies model trains on (:func:`docmatch.stage.related_part`; a
     missing default corpus publishes without that part, said on the console).
@@ -158,11 +159,16 @@ def serving_part_files(run: Run) -> None:
         FileNotFoundError: the configured question set, answer cross-encoder or pair file does not exist.
         ValueError: the index stage's contract does not take the question set.
     """
+    from retrieval.serving_parts import serving_parts
+
     repo = Path(__file__).resolve().parent.parent
-    names = ("answer_questions" if run.cfg.answer_questions else "answer_scorer", "reranker", "answer_reranker")
-    for part in (*names, "related_pairs", "related_corpus"):
-        if getattr(run.cfg, part) and not run.inputs.get(part):
-            run.inputs[part] = str(repo / getattr(run.cfg, part))
+    for p in serving_parts():  # a part fitted on a setting given is not installed from its file too
+        fitting = any(getattr(run.cfg, f, "") for f in p.fit_settings)
+        for name in p.inputs:
+            if name == p.setting and fitting:
+                continue
+            if getattr(run.cfg, name, "") and not run.inputs.get(name):
+                run.inputs[name] = str(repo / getattr(run.cfg, name))
     if run.cfg.answer_reranker and not Path(run.inputs["answer_reranker"]).is_file():
         raise FileNotFoundError(f"answer_reranker: part file {run.inputs['answer_reranker']} not found")
     if run.cfg.related_pairs and not Path(run.inputs["related_pairs"]).is_file():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from retrieval.parts import part_installed, part_path, read_texts
+from retrieval.parts import part_installed, part_path
 from retrieval.query import QueryLimits
 from retrieval.versions import current_version, version_key
 
@@ -55,26 +55,49 @@ class ServingBundle:
     @cached_property
     def texts(self) -> pd.DataFrame:
         """The version's documents (:data:`retrieval.parts.TEXT_COLUMNS`), checked against the manifest."""
-        return read_texts(self.folder, self.manifest)
+        from retrieval.serving_parts import TEXTS_PART
+
+        return self.load(TEXTS_PART)
 
     @cached_property
     def pipeline(self):
-        """The version's :class:`~retrieval.pipeline.QueryPipeline`: its hybrid search, then its reranker when
-        it was published with one (the ``reranker`` part, :mod:`retrieval.rerankers`).
+        """The version's :class:`~retrieval.pipeline.QueryPipeline`: its hybrid search (the searcher), then
+        every reranker it was published with (the declared parts of role ``reranker``,
+        :mod:`retrieval.serving_parts`), in declaration order.
 
         Raises:
-            PartError: the reranker or texts part changed since publication. ValueError: an unreadable reranker.
+            PartError: a reranker or the texts part changed since publication. ValueError: an unreadable reranker.
         """
         from retrieval.pipeline import QueryPipeline
-        from retrieval.rerankers import RERANKER, reranker_from_json
+        from retrieval.serving_parts import serving_parts
 
-        rerankers = []
-        if self.has_part(RERANKER):
-            texts = dict(zip(self.texts["doc_id"], self.texts["text"]))
-            rerankers.append(reranker_from_json(self.part_text(RERANKER), texts, self.retriever.tokenize,
-                                                part_path(self.folder, self.manifest, RERANKER),
-                                                self.retriever.dense.encoder, self.model_id))
+        rerankers = [self.load(p) for p in serving_parts() if p.role == "reranker" and self.has_part(p.name)]
         return QueryPipeline(self.retriever, tuple(rerankers))
+
+    def load(self, part):
+        """Part ``part`` (a :class:`~retrieval.serving_parts.ServingPart`) loaded by its declared loader after
+        its sha256 is checked (:func:`retrieval.serving_parts.load_part`), once per bundle.
+
+        Raises:
+            PartError: the version has no such part, it was refused at publication, or it changed.
+        """
+        from retrieval.serving_parts import load_part
+
+        key = ("loaded", part.name)
+        if key not in self._parts:
+            self._parts[key] = load_part(self, part)
+        return self._parts[key]
+
+    def check_parts(self) -> list[str]:
+        """Check every declared part the manifest records (:func:`retrieval.serving_parts.check_parts`);
+        returns the names checked.
+
+        Raises:
+            PartError: a part's file (or a weights file it names) is missing or changed since publication.
+        """
+        from retrieval.serving_parts import check_parts
+
+        return check_parts(self.folder, self.manifest)
 
     def part_text(self, name: str) -> str:
         """The text of JSON part ``name`` (read once, after its sha256 is checked).

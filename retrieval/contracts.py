@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from retrieval.chunks import ChunkConfig
 from retrieval.select import EncoderChoiceConfig
+from retrieval.serving_parts import index_inputs, part_modules, serving_parts
 from storage.contracts import Stage, folder, table, versioned
 
 FINETUNED, E5, BACKBONE = "models/finetune-policysm1", "models/e5", "models/backbone"
@@ -25,6 +26,9 @@ EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", read
                    scratch=("index",), part_file=".npz", takes_parts={"plan": "index-plan"},
                    args={"ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path", "out_file": "*part"},
                    gpu=True)
+# the index-stage inputs every declared serving part reads (retrieval.serving_parts: the declarations of each
+# library, named by "module:NAME" and resolved here as the stage's fn is, never imported above this layer)
+SERVING_INPUTS = index_inputs(serving_parts())
 # the publish is answers.stages' (the layer above): with a question set it fits the answer scorer on the staged
 # version before CURRENT switches (SPEC §9)
 INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER),
@@ -32,11 +36,8 @@ INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_c
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",
                         "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion",
                         "related_segments": "related_segments"},
-              inputs=("answer_scorer", "reranker", "answer_reranker", "answer_questions", "related_pairs",
-                      "related_corpus"),
-              files=("answer_scorer", "reranker", "answer_reranker", "answer_questions", "related_pairs",
-                     "related_corpus"),
-              scratch=("cache/related",),
+              inputs=SERVING_INPUTS, files=SERVING_INPUTS, scratch=("cache/related",),
+              code=part_modules(serving_parts()),  # the declarations' modules, named by string
               takes_parts={"plan": "index-plan", "parts": "embed-part"},
               args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path"},
               gpu=True)

@@ -11,7 +11,10 @@ is the one unit serving loads, pins and rolls back.
 - ``reranker`` (``reranker.json``): the settings of the query pipeline's reranker (:mod:`retrieval.rerankers`).
 - ``answer_reranker`` (``answer-reranker.json`` and the fp16 weights it names): the answer stage's sentence
   cross-encoder (:mod:`retrieval.cross_encoder`, :mod:`answers.rerank_features`), pinned to its encoder.
-- any further model after the index (the related-documents model): one more :class:`PartSource`.
+- any further model after the index (the related-documents model): one more declaration.
+
+Each part is declared once, with its role, file, pins, build and loader (:mod:`retrieval.serving_parts`); this
+module is the mechanics the declarations use.
 
 A part is either a file fitted elsewhere and installed (:class:`PartSource`) or fitted on the staged version
 itself (:class:`FittedPart`: the answer scorer fitted on a configured question set, SPEC §9), which then
@@ -36,9 +39,9 @@ import pandas as pd
 
 from storage.hashing import file_sha256
 
-TEXTS, TEXTS_FILE = "texts", "texts.parquet"
-ANSWER_SCORER = "answer_scorer"
-ANSWER_RERANKER, ANSWER_RERANKER_FILE = "answer_reranker", "answer-reranker.json"
+TEXTS, TEXTS_FILE = "texts", "texts.parquet"  # the texts part's name and file (retrieval.serving_parts.TEXTS_PART)
+ANSWER_SCORER = "answer_scorer"  # kept for callers of this module: declared in answers.parts
+ANSWER_RERANKER = "answer_reranker"  # a pin key of version_identity: the sha256 of the version's answer cross-encoder
 TEXT_COLUMNS = ("doc_id", "text", "title", "url", "source", "pubtime", "external_id")
 
 

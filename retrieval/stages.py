@@ -19,10 +19,9 @@ from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
 from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
-from retrieval.parts import (ANSWER_RERANKER, ANSWER_RERANKER_FILE, ANSWER_SCORER, FittedPart, PartSource,
-                             read_provenance, write_parts)
+from retrieval.parts import FittedPart, PartSource, write_parts
+from retrieval.serving_parts import index_inputs, part_sources, serving_parts
 from retrieval.versions import read_manifest as version_manifest
-from retrieval.rerankers import RERANKER
 from retrieval.pinning import model_id, pin_encoder
 from model.backbone_stage import has_checkpoint
 from retrieval.retrievers import Retriever
@@ -80,9 +79,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
-                        parts: list[dict] | None = None, answer_scorer: str | os.PathLike | None = None,
-                        reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = (),
-                        answer_reranker: str | os.PathLike | None = None) -> dict:
+                        parts: list[dict] | None = None, fitted_parts: tuple[FittedPart, ...] = (),
+                        **part_files) -> dict:
     """Publish the refresh staged in ``staging`` (default ``index/.staging``, re-planned if missing or stale;
     with an explicit ``staging`` it is kept for the cache) as ``index/vN`` and switch ``index/CURRENT``.
     ``parts``: the embedded parts' records (``path``, ``sha256``) in part order (mapped embedding); without
@@ -94,15 +92,12 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     ``tokenizer``: an already loaded ``make_tokenizer(sparse.segmenter)`` result (else loaded here).
 
     The version is the unit serving loads (:mod:`retrieval.parts`): it also holds the texts of its documents
-    (``texts`` part) and, with ``answer_scorer`` (a fitted :mod:`answers.scorer` JSON file, by default the one
-    the repository ships), that scorer as its ``answer_scorer`` part when the version's encoder and segmenter
-    are the ones it was fitted with (else the part records why it was refused), and with ``reranker`` (a
-    :mod:`retrieval.rerankers` JSON file) the query pipeline's reranker, and with ``answer_reranker`` (a
-    :mod:`retrieval.cross_encoder` part: its JSON, the weights beside it) the answer stage's sentence
-    cross-encoder, pinned to the encoder it was trained on (:mod:`answers.rerank_features`). ``fitted_parts``
-    (:class:`retrieval.parts.FittedPart`) are fitted on the staged version itself, after the other parts and
-    before ``CURRENT`` switches (the answer scorer fitted on a question set: :mod:`answers.stages`); a part of
-    the same name given as a file is then not installed.
+    (``texts`` part) and every declared serving part (:mod:`retrieval.serving_parts`) whose input file
+    ``part_files`` gives (``{index-stage input: path}``: ``reranker``, ``answer_scorer``, ``answer_reranker``,
+    ...), installed when its provenance matches the version's pins (else the part records why it was
+    refused). ``fitted_parts`` (:class:`retrieval.parts.FittedPart`) are fitted on the staged version itself,
+    after the other parts and before ``CURRENT`` switches (:mod:`answers.stages`); a part of the same name
+    given as a file is then not installed; the inputs of a fit (a question set) are accepted and not installed.
 
     Returns the publication's stats (:func:`retrieval.build.publish_staged`), ``chunks``, ``documents`` and
     ``serving_parts``: per serving part its record without the long fields (``provenance``), a refused part's reason,
@@ -110,6 +105,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
 
     Raises:
         retrieval.pinning.EncoderMismatchError: the checkpoint changed after the plan was made.
+        TypeError: a ``part_files`` input no declared part reads.
     """
     keep = staging is not None
     staging = Path(staging or staging_dir(index_root))
@@ -125,8 +121,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     manifest = _base_manifest(clean_dir, ckpt_dir, index_root, cfg, encoder_dir, pinned)
     factory = _encoder_factory(pinned, batch_size, device)
     kw = _sparse_kwargs(clean_dir, sparse, fusion, tokenizer, factory) if sparse is not None else {}
-    sources = tuple(s for s in _part_sources(answer_scorer, reranker, answer_reranker)
-                    if s.name not in {f.name for f in fitted_parts})
+    sources = _part_sources(part_files, {f.name for f in fitted_parts})
 
     def serving_parts(vdir: Path, man: dict, chunks: pd.DataFrame) -> dict:
         return write_parts(vdir, man, clean_dir, chunks["doc_id"].unique(), sources, tuple(fitted_parts),
@@ -161,22 +156,18 @@ def _sparse_kwargs(clean_dir, sparse: SparseConfig, fusion: FusionConfig, tokeni
                 query_embed_factory=lambda: factory().encode_queries)
 
 
-def _part_sources(answer_scorer, reranker, answer_reranker=None) -> tuple[PartSource, ...]:
-    """The serving parts installed from files, where given: the answer stage's cross-encoder (first: the scorer
-    may have been fitted on its scores, and is then installed beside the same one only), the answer scorer and
-    the query pipeline's reranker (a learned one is pinned to its encoder)."""
-    out = []
-    if answer_reranker:
-        out.append(PartSource(ANSWER_RERANKER, ANSWER_RERANKER_FILE, str(answer_reranker),
-                              requires=("encoder_model_id",)))
-    if answer_scorer:
-        extra = ("answer_reranker",) if "answer_reranker" in read_provenance(answer_scorer) else ()
-        out.append(PartSource(ANSWER_SCORER, "answer-scorer.json", str(answer_scorer),
-                              requires=("encoder_model_id", "segmenter", *extra)))
-    if reranker:
-        out.append(PartSource(RERANKER, "reranker.json", str(reranker),
-                              requires=("encoder_model_id",) if read_provenance(reranker) else ()))
-    return tuple(out)
+def _part_sources(part_files: dict, fitted: set[str]) -> tuple[PartSource, ...]:
+    """The serving parts installed from the files ``part_files`` names (``{index-stage input: path}``, the
+    inputs the declared parts read: :mod:`retrieval.serving_parts`), in declaration order (the answer
+    cross-encoder before the answer scorer that may pin it), those in ``fitted`` left out.
+
+    Raises:
+        TypeError: an input no declared part reads."""
+    declared = serving_parts()
+    unknown = sorted(set(part_files) - set(index_inputs(declared)))
+    if unknown:
+        raise TypeError(f"index_publish_stage: no serving part reads {unknown}")
+    return part_sources(declared, part_files, skip=fitted)
 
 
 def _encoder_factory(ckpt_dir, batch_size: int, device: str):
@@ -194,9 +185,7 @@ def _encoder_factory(ckpt_dir, batch_size: int, device: str):
 def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                 batch_size: int = 64, device: str = "auto", on_progress=None, n_parts: int = 1, *,
                 sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
-                tokenizer=None, answer_scorer: str | os.PathLike | None = None,
-                reranker: str | os.PathLike | None = None, fitted_parts: tuple[FittedPart, ...] = (),
-                answer_reranker: str | os.PathLike | None = None) -> dict:
+                tokenizer=None, fitted_parts: tuple[FittedPart, ...] = (), **part_files) -> dict:
     """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks,
     in one process (plan, every part, publish with the sparse side, fitted hybrid weights and the serving
     parts: the texts and, given, ``answer_scorer``, ``reranker`` and ``fitted_parts``; see
@@ -205,8 +194,8 @@ def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: In
     for part in range(n_parts):
         index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress)
     return index_publish_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device,
-                               sparse=sparse, fusion=fusion, tokenizer=tokenizer, answer_scorer=answer_scorer,
-                               reranker=reranker, fitted_parts=fitted_parts, answer_reranker=answer_reranker)
+                               sparse=sparse, fusion=fusion, tokenizer=tokenizer, fitted_parts=fitted_parts,
+                               **part_files)
 
 
 def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str = "auto", log=print) -> dict:
