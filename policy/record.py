@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from policy.divisions import NATIONAL, find_places, load_divisions
+from policy.divisions import NATIONAL, contains, find_places, load_divisions
 from policy.docnumber import find_doc_numbers, normalize_doc_number
 from policy import textrules as T
 
@@ -164,7 +164,7 @@ def _jurisdiction(vals: dict, ev: dict, title: str, text: str, owner: str | None
     for value, where in candidates:
         code = _place_of(value)
         if code:
-            return code, where
+            return _narrowed(code, where, title) if where.startswith("column:") else (code, where)
     if re.match(r"^\s*中华人民共和国", title or ""):  # a national law's title outranks the site that reposts it
         return NATIONAL, "title"
     if (code := _place_of(owner)):
@@ -182,6 +182,16 @@ def _jurisdiction(vals: dict, ev: dict, title: str, text: str, owner: str | None
         if places:
             return places[0].code, f"text:{m.group(0)}→{places[0].surface}"
     return None, None
+
+
+def _narrowed(code: str, where: str, title: str) -> tuple[str, str]:
+    """A jurisdiction from an import column narrowed to the place the title names inside it (region 山东 +
+    青岛市…条例 -> 青岛市, evidence ``column:region+title``: collections give the province only); else unchanged.
+    An issuer's place is never narrowed (浙江省人民政府关于同意杭州市…的批复 is the province's)."""
+    if code == NATIONAL:
+        return code, where
+    inside = [p.code for p in find_places(title) if p.code != code and contains(code, p.code)]
+    return (inside[0], f"{where}+title") if inside else (code, where)
 
 
 def _level(vals: dict, ev: dict, title: str, issuer: str | None, code: str | None, has_order: bool) -> tuple[str, str]:

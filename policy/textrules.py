@@ -19,6 +19,7 @@ _EFFECTIVE = re.compile(rf"自\s*{DATE}\s*起\s*(?:施行|实施|执行|生效)"
 _EFFECTIVE_ON = re.compile(r"自\s*(公布|发布|印发|颁布|下发)之日起\s*(?:施行|实施|执行|生效)")
 _EXPIRY_YEARS = re.compile(rf"有效期(?:为|暂定为|暂定|是)?\s*({CN_NUMBER})\s*年")
 _EXPIRY_UNTIL = re.compile(rf"有效期(?:至|到|截至)\s*{DATE}")
+_SELF = re.compile(r"本(?:办法|通知|方案|意见|规定|措施|政策|细则|规划|条例|决定|文件|实施意见|若干措施|计划)|施行|实施日期")
 _TITLE = r"《([^《》]{2,80})》"
 _PAREN = r"(?:\s*[（(][^（）()]{0,80}[）)])?"
 _TITLE_LIST = rf"{_TITLE}{_PAREN}(?:\s*(?:[、,，]|和|及|以及|与)\s*{_TITLE}{_PAREN})*"
@@ -81,15 +82,23 @@ def effective_rule(text: str) -> tuple[date | str | None, str]:
     return m.group(1), m.group(0)
 
 
+def _about_itself(text: str, start: int) -> bool:
+    """Whether the sentence around ``start`` speaks of the document itself (本办法…, …起施行): 评估结果有效期2年 is
+    the period of something the document governs, not its own."""
+    lo = max(text.rfind(p, 0, start) for p in "。；\n") + 1
+    hi = min((i for i in (text.find(p, start) for p in "。；\n") if i >= 0), default=len(text))
+    return bool(_SELF.search(text[lo:hi]))
+
+
 def expiry_rule(text: str) -> tuple[date | int | None, str]:
-    """The 有效期 a text states: an end date (``有效期至2025年12月31日``) or a number of years (``有效期5年``),
-    with the matched words; ``(None, "")`` when none."""
-    m = _EXPIRY_UNTIL.search(text)
-    if m:
-        return to_date(*m.groups()), m.group(0)
-    m = _EXPIRY_YEARS.search(text)
-    if m and (n := cn_int(m.group(1))) and 0 < n < 100:
-        return n, m.group(0)
+    """The 有效期 a text states of itself: an end date (``本通知有效期至2025年12月31日``) or a number of years
+    (``自印发之日起施行，有效期5年``), with the matched words; ``(None, "")`` when none."""
+    for m in _EXPIRY_UNTIL.finditer(text):
+        if _about_itself(text, m.start()):
+            return to_date(*m.groups()), m.group(0)
+    for m in _EXPIRY_YEARS.finditer(text):
+        if _about_itself(text, m.start()) and (n := cn_int(m.group(1))) and 0 < n < 100:
+            return n, m.group(0)
     return None, ""
 
 

@@ -101,6 +101,9 @@ def test_expiry_from_effective_date_and_validity():
     r = extract_record({"doc_id": "e", "title": "山东省某某管理办法", "text": text}, as_of=date(2023, 6, 1))
     assert r.validity == "有效" and r.evidence["validity"] == "expiry:2023-12-31"
     assert normalize_validity(True) == "失效" and normalize_validity("已被修订") == "已修订"
+    other = extract_record({"doc_id": "x", "title": "数据出境安全评估办法",
+                            "text": "数据出境评估结果有效期为2年。本办法自2022年9月1日起施行。"}, as_of=date(2026, 1, 1))
+    assert (other.expiry_date, other.validity) == (None, "未知")  # the 有效期 of an assessment, not of the rule
 
 
 def test_repeal_links_resolve_and_same_title_revision_is_not_a_repeal():
@@ -173,7 +176,7 @@ def test_records_import_keeps_metadata_columns_and_the_record_uses_them(tmp_path
     assert not rejects and (row["region"], row["validity"]) == ("山东", "true")
     assert (row["effective_date"], row["pubtime"]) == (date(2020, 1, 1), date(2019, 11, 30))
     r = extract_record(row, columns=m.metadata())
-    assert (r.jurisdiction_code, r.evidence["jurisdiction"]) == ("370000", "column:region")
+    assert (r.jurisdiction_code, r.evidence["jurisdiction"]) == ("370200", "column:region+title")  # 青岛 ⊂ 山东
     assert (r.validity, r.evidence["validity"], r.evidence["effective_date"]) == ("失效", "column:expired",
                                                                                   "column:valid_from")
 
@@ -229,3 +232,27 @@ def test_cli_metadata_flags_reach_a_csv_and_plain_flags_do_not(tmp_path):
     validate(parser().parse_args([*base, "--region-column", "地区"]))
     with pytest.raises(ValueError, match="--title-column applies to JSON Lines"):
         validate(parser().parse_args([*base, "--title-column", "t"]))
+
+
+def test_metadata_columns_travel_from_import_through_clean_to_the_record(tmp_path):
+    from corpus.clean import CleanConfig
+    from corpus.stages import clean_stage, import_documents
+
+    f = tmp_path / "laws.jsonl"
+    rows = [{"id": i, "title": t, "region": reg, "expired": exp, "date": "2020-05-14",
+             "text": f"第一条 为了规范{t}相关工作，结合本地实际，制定本条例。\n第二条 本条例自2020年6月1日起施行。" * 3}
+            for i, (t, reg, exp) in enumerate([("上海市口岸条例", "上海", False), ("某某管理条例", None, True)])]
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    cols = {"id_column": "id", "region_column": "region", "published_column": "date", "validity_column": "expired"}
+    import_documents(f, tmp_path / "documents", columns=cols)
+    clean_stage(tmp_path / "documents", tmp_path / "clean", tmp_path / "rejects", CleanConfig())
+    region = read_table(tmp_path / "clean")["region"]
+    assert region.iloc[0] == "上海" and pd.isna(region.iloc[1])
+    policy_records_stage(tmp_path / "clean", tmp_path / "out", columns=cols, registry=None, as_of="2026-01-01")
+    t = read_table(tmp_path / "out")
+    t = t.astype(object).where(t.notna(), None)
+    ev = [json.loads(e) for e in t["evidence"]]
+    assert t["jurisdiction_name"].tolist() == ["上海市", None] and t["validity"].tolist() == ["有效", "失效"]
+    assert [e.get("jurisdiction") for e in ev] == ["column:region", None]
+    assert [e["validity"] for e in ev] == ["column:expired", "column:expired"]
+    assert t["effective_date"].tolist() == [date(2020, 6, 1)] * 2
