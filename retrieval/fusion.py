@@ -26,6 +26,14 @@ go to the weight closest to 0.5). Both ends of the grid are on it (``w_dense = 0
 sparse ranking, ``1`` the dense one), so on the mined queries the fusion never scores below the
 better of its parts; a useless dense side gets weight 0. Weights and the fit's figures are stored in
 the index manifest (``fusion``).
+
+Guard (:func:`guard_weight`): the grid's best weight on the fit queries can still overfit them (the ``tiny``
+profile over LawRefBook once gave ``w_dense`` 0.4 to a dense side at known-item recall@1 0.02, and the hybrid fell
+below BM25 alone). So a seeded ``guard_share`` of the fit queries is held out of the grid; on those queries each
+side alone (``w_dense`` 0 and 1) and the grid's weight are scored by recall@1 + MRR@10, and the fused weight is
+kept only when it beats the better single side (strictly, and with no lower recall@1); otherwise the fit falls
+back to that side's weight (BM25 on a tie). Fewer than ``guard_min`` fit queries: no hold-out, the guard scores
+the grid's own queries. The decision and its figures are the manifest's ``fusion.guard``.
 """
 from __future__ import annotations
 
@@ -49,7 +57,8 @@ class FusionConfig:
     lead queries cut out of their chunks (ICT); seed: sampling seed; refit_share: share of the chunks that may be
     added or removed since the last fit (cumulated over refreshes) before a refresh fits the weights again (0:
     every refresh refits; the encoder, the sparse key or this config changing always refits); method: ``rrf`` or
-    ``convex`` (module doc)."""
+    ``convex`` (module doc); guard_share: share of the fit queries held out of the grid to check the fused weight
+    against each side alone; guard_min: fewest fit queries for a hold-out (module doc, "Guard")."""
 
     rrf_k: int = 60
     depth: int = 100
@@ -61,12 +70,15 @@ class FusionConfig:
     seed: int = 13
     refit_share: float = 0.05
     method: str = "rrf"
+    guard_share: float = 0.3
+    guard_min: int = 10
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"FusionConfig.method = {self.method!r}: must be one of {METHODS}")
         check_bounds(self, rrf_k=(0, 1_000_000), depth=(1, 1_000_000), grid=(1, 10_000), max_queries=(1, None),
-                     lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1), refit_share=(0, 1))
+                     lead_min=(1, 10_000), lead_max=(1, 10_000), seed=(0, 2 ** 32 - 1), refit_share=(0, 1),
+                     guard_share=(0, 0.9), guard_min=(2, None))
         check_order(self, "lead_min", "lead_max")
 
 
@@ -142,11 +154,39 @@ def _objective(m: dict) -> float:
     return m["recall@10"] + m["mrr@10"]
 
 
+def _guard_objective(m: dict) -> float:
+    return m["recall@1"] + m["mrr@10"]
+
+
+def guard_split(n: int, cfg: FusionConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(grid query indices, held-out query indices) of ``n`` fit queries: a seeded (``cfg.seed``) permutation,
+    ``round(n * cfg.guard_share)`` held out when ``n >= cfg.guard_min`` (at least one on each side), else no
+    hold-out (the guard then scores the grid's own queries)."""
+    order = np.random.default_rng(cfg.seed).permutation(n)
+    held = min(max(round(n * cfg.guard_share), 1), n - 1) if n >= cfg.guard_min and cfg.guard_share > 0 else 0
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def guard_weight(w_grid: float, sides: dict[float, dict]) -> tuple[float, str]:
+    """(kept ``w_dense``, decision ``fused`` | ``sparse`` | ``dense``): ``w_grid`` when its metrics
+    ``sides[w_grid]`` beat the better of ``sides[0.0]`` (BM25 alone) and ``sides[1.0]`` (dense alone) by
+    recall@1 + MRR@10, strictly and with no lower recall@1; else that side's weight (BM25 on a tie)."""
+    best_w = 1.0 if _guard_objective(sides[1.0]) > _guard_objective(sides[0.0]) else 0.0
+    side = sides[best_w]
+    if w_grid not in (0.0, 1.0):
+        fused = sides[w_grid]
+        if _guard_objective(fused) > _guard_objective(side) and fused["recall@1"] >= side["recall@1"]:
+            return w_grid, "fused"
+    return best_w, "dense" if best_w == 1.0 else "sparse"
+
+
 def fit_fusion(dense: Sequence[Sequence[int]], sparse: Sequence[Sequence[int]], row_doc: Sequence[str],
                gold: Sequence[set[str] | str], cfg: FusionConfig = FusionConfig(),
                dense_scores: Sequence[Sequence[float]] | None = None,
                sparse_scores: Sequence[Sequence[float]] | None = None) -> dict:
-    """Pick ``w_dense`` on the grid that maximises recall@10 + MRR@10 of the fused ranking (see module doc).
+    """Pick ``w_dense`` on the grid that maximises recall@10 + MRR@10 of the fused ranking on the grid's share of
+    the queries, then keep it only if it beats the better single side on the held-out share (module doc,
+    "Guard").
 
     Args:
         dense, sparse: per query, chunk rows best first (top ``depth`` of each side).
@@ -157,8 +197,10 @@ def fit_fusion(dense: Sequence[Sequence[int]], sparse: Sequence[Sequence[int]], 
         ValueError: ``convex`` without scores.
 
     Returns:
-        {"w_dense", "w_sparse", "rrf_k", "depth", "queries", "dense", "sparse", "hybrid" (metrics dicts),
-        "curve" ([w_dense, objective] per grid point)}; with no queries: equal weights, unfitted.
+        {"w_dense", "w_sparse", "rrf_k", "depth", "queries", "dense", "sparse", "hybrid" (metrics dicts over all
+        fit queries at ``w_dense`` 1, 0 and the kept weight), "curve" ([w_dense, objective] per grid point, on
+        the grid's queries), "guard" ({"decision", "w_grid", "queries", "held_out", "objective", "dense",
+        "sparse", "fused"}: the held-out figures)}; with no queries: equal weights, unfitted.
     """
     base = {"rrf_k": cfg.rrf_k, "depth": cfg.depth, "queries": len(gold), "method": cfg.method}
     if not len(gold):
@@ -166,15 +208,20 @@ def fit_fusion(dense: Sequence[Sequence[int]], sparse: Sequence[Sequence[int]], 
     ds = dense_scores if dense_scores is not None else [None] * len(dense)
     ss = sparse_scores if sparse_scores is not None else [None] * len(sparse)
 
-    def ranked(w: float) -> list[list[str]]:
-        return [[row_doc[r] for r, *_ in fuse_with(cfg.method, d, a, s, b, w, cfg.rrf_k)[:10]]
-                for d, a, s, b in zip(dense, ds, sparse, ss)]
+    def metrics(w: float, idx) -> dict:
+        ranked = [[row_doc[r] for r, *_ in fuse_with(cfg.method, dense[i], ds[i], sparse[i], ss[i], w,
+                                                     cfg.rrf_k)[:10]] for i in idx]
+        return doc_metrics(ranked, [gold[i] for i in idx])
 
-    curve = []
-    for i in range(cfg.grid + 1):
-        w = i / cfg.grid
-        curve.append((w, doc_metrics(ranked(w), gold)))
-    best_w, best = max(curve, key=lambda c: (round(_objective(c[1]), 9), -abs(c[0] - 0.5)))
-    return {**base, "fitted": True, "w_dense": best_w, "w_sparse": 1.0 - best_w,
-            "dense": curve[-1][1], "sparse": curve[0][1], "hybrid": best,
-            "curve": [[w, round(_objective(m), 4)] for w, m in curve], "config": asdict(cfg)}
+    grid_idx, held_idx = guard_split(len(gold), cfg)
+    curve = [(i / cfg.grid, metrics(i / cfg.grid, grid_idx)) for i in range(cfg.grid + 1)]
+    w_grid, _ = max(curve, key=lambda c: (round(_objective(c[1]), 9), -abs(c[0] - 0.5)))
+    check = held_idx if len(held_idx) else grid_idx
+    sides = {w: metrics(w, check) for w in {0.0, 1.0, w_grid}}
+    w, decision = guard_weight(w_grid, sides)
+    every = range(len(gold))
+    guard = {"decision": decision, "w_grid": w_grid, "queries": len(check), "held_out": bool(len(held_idx)),
+             "objective": "recall@1 + mrr@10", "dense": sides[1.0], "sparse": sides[0.0], "fused": sides[w_grid]}
+    return {**base, "fitted": True, "w_dense": w, "w_sparse": 1.0 - w,
+            "dense": metrics(1.0, every), "sparse": metrics(0.0, every), "hybrid": metrics(w, every),
+            "curve": [[cw, round(_objective(m), 4)] for cw, m in curve], "guard": guard, "config": asdict(cfg)}

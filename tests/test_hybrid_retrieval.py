@@ -11,7 +11,7 @@ from retrieval.fusion import FusionConfig, fit_fusion, fuse
 from retrieval.metrics import doc_metrics
 from retrieval.mining import mine_queries
 from retrieval.term_counts import TermCounts
-from tests.retrieval_builders import policy_docs, save_tiny_policybert, write_clean
+from tests.retrieval_builders import TOPICS, policy_docs, save_tiny_policybert, write_clean
 
 CHUNKS = ChunkConfig(max_chars=120, overlap=30)
 
@@ -106,14 +106,65 @@ def test_fit_never_loses_to_the_better_side_and_drops_a_useless_one():
     fit = fit_fusion(dense, sparse, row_doc, gold, FusionConfig(grid=10))
     assert fit["hybrid"]["recall@10"] >= max(fit["dense"]["recall@10"], fit["sparse"]["recall@10"]) == 1.0
     assert fit["w_dense"] < 0.5 and fit["hybrid"]["mrr@10"] == 1.0
-    # complementary sides: fusion beats both
-    dense2 = [[i] + list(range(n_docs, n_docs + 15)) if i % 2 else list(range(n_docs, n_docs + 15)) + [i]
-              for i in range(n_q)]
-    sparse2 = [list(range(n_docs, n_docs + 15)) + [i] if i % 2 else [i] + list(range(n_docs, n_docs + 15))
-               for i in range(n_q)]
-    row_doc2 = row_doc + [f"x{j}" for j in range(15)]
+    # complementary sides (each has the gold first for half the queries, second behind its own distractor for
+    # the rest): fusion beats both, on the held-out guard queries too, and is kept
+    a, b = list(range(n_docs, n_docs + 15)), list(range(n_docs + 15, n_docs + 30))
+    dense2 = [[i] + a if i % 2 else [a[0], i] + a[1:] for i in range(n_q)]
+    sparse2 = [[b[0], i] + b[1:] if i % 2 else [i] + b for i in range(n_q)]
+    row_doc2 = row_doc + [f"x{j}" for j in range(30)]
     fit2 = fit_fusion(dense2, sparse2, row_doc2, gold, FusionConfig(grid=10))
-    assert fit2["hybrid"]["recall@10"] == 1.0 > max(fit2["dense"]["recall@10"], fit2["sparse"]["recall@10"])
+    assert fit2["guard"]["decision"] == "fused" and 0 < fit2["w_dense"] < 1
+    assert fit2["hybrid"]["recall@1"] == 1.0 > max(fit2["dense"]["recall@1"], fit2["sparse"]["recall@1"])
+
+
+def _chunk_rankings(ckpt, docs, queries, depth=20):
+    """(dense rows, sparse rows, chunk doc ids) of ``queries`` over the 120-char chunks of ``docs``: the
+    checkpoint's encoder (cosine) and BM25 over character bigrams, each side's top ``depth``."""
+    from docmatch.baselines import SparseBM25
+    from retrieval.chunks import chunk_text
+    from retrieval.encoders import Encoder
+
+    texts, row_doc = [], []
+    for d, t in zip(docs["doc_id"], docs["text"]):
+        for s, e in chunk_text(t, CHUNKS):
+            texts.append(t[s:e])
+            row_doc.append(d)
+    enc = Encoder.from_checkpoint(ckpt, 32, "cpu")
+    dense_s = enc.encode_queries(queries) @ enc.encode_corpus(texts).T
+    bm = SparseBM25(texts)
+    top = lambda s: [int(r) for r in np.argsort(-s, kind="stable")[:depth]]  # noqa: E731
+    return [top(s) for s in dense_s], [top(bm.scores(q)) for q in queries], row_doc
+
+
+def test_fit_gives_no_weight_to_a_useless_dense_side_that_would_lower_recall(tmp_path):
+    """Regression (the ``tiny`` profile over LawRefBook once fused a dense side at recall@1 0.02 with weight 0.4
+    and fell below BM25): an untrained tiny encoder's ranking fused with BM25 over a small corpus; the fit's
+    held-out guard keeps the fusion from lowering recall below BM25's, on the held-out queries and on all."""
+    docs, fill = policy_docs(), "现就提出如下意见围绕完善的具体措施并抓好落实第项"  # words every document shares
+    fills = [fill, fill[::-1], fill[8:] + fill[:8], fill[16:] + fill[:16]]
+    queries = [f"{f}{topic}{f}" for _, topic, _ in TOPICS for f in fills]  # 32 known-item queries, 4 a document
+    gold = [d for d in docs["doc_id"] for _ in fills]
+    dense, sparse, row_doc = _chunk_rankings(save_tiny_policybert(tmp_path / "untrained", seed=5), docs, queries)
+    fit = fit_fusion(dense, sparse, row_doc, gold, FusionConfig(grid=10))
+    g = fit["guard"]
+    assert g["held_out"] and g["queries"] == round(len(queries) * FusionConfig().guard_share)
+    assert fit["dense"]["recall@1"] < 0.5 <= fit["sparse"]["recall@1"]
+    kept = {"fused": g["fused"], "sparse": g["sparse"], "dense": g["dense"]}[g["decision"]]
+    assert kept["recall@1"] >= g["sparse"]["recall@1"]
+    assert fit["hybrid"]["recall@1"] >= fit["sparse"]["recall@1"]
+    if g["decision"] != "fused":
+        assert fit["w_dense"] == 0.0 and fit["hybrid"] == fit["sparse"]
+
+
+def test_guard_falls_back_to_the_better_side_unless_fusion_beats_it():
+    from retrieval.fusion import guard_weight
+
+    m = lambda r1, mrr: {"recall@1": r1, "mrr@10": mrr}  # noqa: E731
+    assert guard_weight(0.4, {0.0: m(0.47, 0.6), 1.0: m(0.02, 0.1), 0.4: m(0.33, 0.5)}) == (0.0, "sparse")
+    assert guard_weight(0.4, {0.0: m(0.2, 0.3), 1.0: m(0.6, 0.7), 0.4: m(0.6, 0.7)}) == (1.0, "dense")
+    assert guard_weight(0.4, {0.0: m(0.5, 0.6), 1.0: m(0.4, 0.5), 0.4: m(0.55, 0.7)}) == (0.4, "fused")
+    assert guard_weight(0.4, {0.0: m(0.5, 0.6), 1.0: m(0.4, 0.5), 0.4: m(0.45, 0.9)}) == (0.0, "sparse")
+    assert guard_weight(0.0, {0.0: m(0.5, 0.6), 1.0: m(0.5, 0.6)}) == (0.0, "sparse")  # a tie goes to BM25
 
 
 def test_mined_queries_are_titles_and_leads():
@@ -135,10 +186,13 @@ def test_sparse_side_hybrid_search_and_cheap_refresh(tmp_path, tok):
     assert fit["fitted"] and fit["queries"] == 8  # lead queries only (titles are what the evaluation reports)
     assert len(fit["curve"]) == FusionConfig().grid + 1
     objective = lambda m: m["recall@10"] + m["mrr@10"]  # noqa: E731
-    assert objective(fit["hybrid"]) >= max(objective(fit["dense"]), objective(fit["sparse"]))
-    best = max(c[1] for c in fit["curve"])  # the kept weight is the grid's best, ties to the one nearest 0.5
-    assert dict(map(tuple, fit["curve"]))[fit["w_dense"]] == best == round(objective(fit["hybrid"]), 4)
-    assert fit["w_dense"] == min((w for w, o in fit["curve"] if o == best), key=lambda w: abs(w - 0.5))
+    best = max(c[1] for c in fit["curve"])  # the grid's weight is its best, ties to the one nearest 0.5
+    g = fit["guard"]  # 8 queries < guard_min: the guard checks the grid's own queries
+    assert not g["held_out"] and g["queries"] == 8
+    assert dict(map(tuple, fit["curve"]))[g["w_grid"]] == best
+    assert g["w_grid"] == min((w for w, o in fit["curve"] if o == best), key=lambda w: abs(w - 0.5))
+    kept = {"fused": g["w_grid"], "sparse": 0.0, "dense": 1.0}[g["decision"]]
+    assert fit["w_dense"] == kept and fit["hybrid"]["recall@1"] >= fit["sparse"]["recall@1"]
     r = Retriever(root, tokenizer=tok)
     hits = r.search("养老服务体系和普惠托育", k=5)
     assert hits[0].doc_id == "d5" and hits[0].mode == "hybrid"
