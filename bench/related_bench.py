@@ -13,6 +13,15 @@ With ``--folds K`` it runs the cross-validation by law instead (:func:`docmatch.
 title-pattern regulation scored once per seed, both directions (regulation -> law among all laws; law -> its
 regulations among all title-pattern regulations plus ``--reverse-others`` seeded non-pattern ones), beside the
 baselines including whole-text BM25 with both strippings.
+
+With ``--fused`` it measures the fused ranking (:mod:`docmatch.fusion`, :func:`docmatch.fused_eval.run_fused`) on
+the citation-stripped split (:mod:`docmatch.citations`: regulations whose parent law is named only in a
+``根据《…》`` citation, stripped; split by law, seed 13; a seeded sample of ``--cite-sample`` train / dev / test
+regulations): each held-out regulation ranks its parent among ALL laws; one row per signal alone, each with the
+link signal, and fused, on the citation test split and on the title-pattern test split.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/related_bench.py --fused --encoder E5_DIR [--work DIR]
+        [--cite-sample 150 60 150] [--out FILE.json]
 """
 from __future__ import annotations
 
@@ -37,7 +46,11 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p.add_argument("--folds", type=int, help="cross-validate by law with K folds (no pair file)")
     p.add_argument("--reverse-others", type=int, default=600)
+    p.add_argument("--fused", action="store_true", help="the fused ranking on the citation-stripped split")
+    p.add_argument("--cite-sample", type=int, nargs=3, default=[150, 60, 150], metavar=("TRAIN", "DEV", "TEST"))
     a = p.parse_args(argv)
+    if a.fused:
+        return _fused(a)
     if a.folds:
         return _cv(a)
     import torch
@@ -89,6 +102,51 @@ def _cv(a) -> int:
         cells = " ".join(f"{r[m]:>6.3f}±{r[m + ' std']:.3f}" for m in
                          ("fwd recall@1", "fwd mrr", "rev recall@10", "rev mrr", "rev map"))
         print(f"{r['system']:<32} {r['runs']:>4} {cells}  ({r['fwd queries']} / {r['rev queries']} queries)")
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+def fused_inputs(corpus_file, encoder, work, sample=(150, 60, 150), max_segments: int = 1):
+    """(corpus, citation pairs sample, title-pattern pairs, id -> segment matrix, embedding figures) of the fused
+    run: laws as they are, citation regulations with their parent's citation stripped, title-pattern regulations
+    with every law title stripped (:func:`docmatch.pairs.load_texts`), first ``max_segments`` segments each,
+    embedded with ``encoder`` and cached under ``work/segments``."""
+    from docmatch.citations import citation_pairs, sample_split, stripped_texts
+    from docmatch.pairs import LAW_LEVEL, derive_pairs, load_texts, read_corpus
+    from docmatch.segments import encoder_cache
+
+    c = read_corpus(corpus_file)
+    cite = sample_split(citation_pairs(c), dict(zip(("train", "dev", "test"), sample)))
+    tp = derive_pairs(c)
+    t = stripped_texts(c, cite)
+    texts = {**{i: t[i] for i in c.loc[c["level"] == LAW_LEVEL, "id"]}, **{x: t[x] for x in cite["a"]},
+             **load_texts(c, set(tp["a"]))}
+    cache = encoder_cache(encoder, Path(work) / "segments")
+    return c, cite, tp, cache.matrices(dict(sorted(texts.items())), max_segments), cache.stats
+
+
+def _fused(a) -> int:
+    """The fused run (``--fused``): prints the weights and one row per system on both test splits."""
+    import torch
+
+    from docmatch.fused_eval import run_fused
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    c, cite, tp, mats, emb = fused_inputs(a.corpus, a.encoder, a.work, a.cite_sample, a.max_segments)
+    res = run_fused(c, cite, tp, mats, a.seeds[0], log=lambda s: print(s, file=sys.stderr, flush=True))
+    res.update(embedding=emb, wall_s=round(time.perf_counter() - t0, 1),
+               citation_pairs={s: int((cite["split"] == s).sum()) for s in ("train", "dev", "test")},
+               citation_laws={s: int(cite.loc[cite["split"] == s, "b"].nunique()) for s in ("train", "dev", "test")})
+    print(f"budget: 1 torch thread; {len(mats)} documents x first {a.max_segments} segments "
+          f"({emb['embedded_segments']} embedded now, {emb['cached_segments']} cached); run {res['wall_s']} s; "
+          f"citation pairs {res['citation_pairs']} of laws {res['citation_laws']}")
+    print(f"weights {res['weights']} (fit on {res['fit']['queries']} train queries: MRR {res['fit']['mrr']:.3f})")
+    for split in ("citation_test", "title_test"):
+        print(f"{split}: {'system':<12} {'recall@1':>8} {'MRR':>6} queries")
+        for name, m in res[split].items():
+            print(f"{'':<{len(split) + 2}}{name:<12} {m['recall@1']:>8.3f} {m['mrr']:>6.3f} {m['queries']}")
     if a.out:
         Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0

@@ -1,0 +1,106 @@
+"""Fitting the fused related ranking's weights at part build (SPEC §12; :mod:`docmatch.fusion`).
+
+The pool is every document of the pair file and the candidates: the index version's own (texts from its chunks,
+:func:`docmatch.fused_serve.version_texts`) and the corpus documents outside it. A corpus document's text for
+BM25 and links is its raw text, a regulation of a positive pair with what names its parent stripped
+(:func:`docmatch.pairs.strip_other`: the recipe of the citation-stripped split, :mod:`docmatch.citations`); its
+mean vector is the mean of its (embedded) segment rows. Weights are fitted on the ``train`` positives (each ``a``
+ranking its ``b`` among the candidates) and reported on the ``test`` ones beside each signal alone. With no
+train positive the weights stay :data:`docmatch.fusion.DEFAULT_WEIGHTS` (LTM-B off), recorded as unfitted; a
+fit whose pairs never show a typed link keeps the default link weight (there is nothing to fit it on).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from docmatch.fusion import DEFAULT_WEIGHTS, SIGNALS, SignalPool, fit_weights, metrics, query_features
+
+
+def pool_texts(version_dir, ids, corpus=None, pairs: pd.DataFrame | None = None) -> tuple[dict, dict]:
+    """(id -> text, id -> title) of ``ids``: the version's own from its chunks, the rest from ``corpus`` (module
+    docstring's stripping for the ``a`` of a positive pair whose ``b`` the corpus titles)."""
+    from docmatch.fused_serve import version_texts
+    from docmatch.pairs import read_corpus, strip_other
+
+    texts = {d: t for d, t in version_texts(version_dir).items() if d in set(ids)}
+    titles = _version_titles(version_dir, texts)
+    rest = set(ids) - set(texts)
+    if rest and corpus is not None:
+        c = read_corpus(corpus)
+        ctitle = dict(zip(c["id"], c["title"]))
+        sub = c[c["id"].isin(rest)]
+        texts.update(zip(sub["id"], sub["text"]))
+        titles.update((d, ctitle[d]) for d in sub["id"])
+        if pairs is not None:
+            pos = pairs[(pairs["label"] == 1) & pairs["a"].isin(rest) & pairs["b"].isin(set(ctitle))]
+            for a, b in zip(pos["a"], pos["b"]):
+                texts[a] = strip_other(texts[a], ctitle[b])
+    return texts, titles
+
+
+def _version_titles(version_dir, texts: dict) -> dict:
+    from pathlib import Path
+
+    c = pd.read_parquet(Path(version_dir) / "chunks.parquet", columns=["doc_id", "title"]).drop_duplicates("doc_id")
+    return {str(d): (t or "") for d, t in zip(c["doc_id"], c["title"]) if str(d) in texts}
+
+
+def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=None) -> dict:
+    """The part's ``fusion`` record: ``weights`` (signal -> weight), ``fitted`` (bool), ``fit`` (grid figures on
+    the train queries), ``test`` (system -> recall@1 / MRR on the test positives: each signal alone and
+    ``fused``), ``pool`` (documents).
+
+    ``mats``: id -> segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``.
+    """
+    ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(cands))
+    texts, titles = pool_texts(version_dir, ids, corpus, pairs)
+    ids = [d for d in ids if d in mats]
+    m = np.stack([mats[d].mean(0) for d in ids]).astype(np.float32)
+    pool = SignalPool(ids, texts, titles, m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12), ltm)
+    pos = pairs[pairs["label"] == 1]
+    cands = [c for c in cands if c in pool.row]
+    train = pos[pos["split"] == "train"]
+    f, g = query_features(pool, train["a"], train["b"], cands)
+    if not len(g):
+        return {"weights": dict(DEFAULT_WEIGHTS), "fitted": False, "pool": len(ids),
+                "reason": "no train positive among the candidates"}
+    weights, fig = fit_weights(f, g)
+    if not f[..., SIGNALS.index("link")].any():
+        weights["link"], fig["link"] = DEFAULT_WEIGHTS["link"], "default: no typed link among the fit pairs"
+    out = {"weights": weights, "fitted": True, "fit": fig, "pool": len(ids)}
+    test = pos[pos["split"] == "test"]
+    ft, gt = query_features(pool, test["a"], test["b"], cands)
+    if len(gt):
+        out["test"] = {**{s: metrics(ft, gt, {s: 1.0}) for s in SIGNALS}, "fused": metrics(ft, gt, weights)}
+    return out
+
+
+def build_own_part(version_dir, out_file, max_segments: int = 1, seed: int = 13, reason: str = "") -> dict:
+    """The ``related`` part of a version with no labelled pair (no pair file, no corpus with pairs: e.g. the
+    ``tiny`` profile): the fused ranking over the version's own documents with :data:`DEFAULT_WEIGHTS` (BM25,
+    mean vectors and typed links; LTM-B, untrained, weighs 0) written to ``out_file``. Returns the figures.
+
+    Raises:
+        FileNotFoundError: the version keeps no chunk vectors.
+    """
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from docmatch.ltm import LTMB, LTMConfig, save
+    from docmatch.segments import version_matrices
+    from retrieval.parts import version_identity
+
+    vdir = Path(version_dir)
+    manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
+    mats = version_matrices(vdir, max_segments=max_segments)
+    torch.manual_seed(seed)
+    model = LTMB(LTMConfig(dim=next(iter(mats.values())).shape[1], max_segments=max_segments)).eval()
+    fusion = {"weights": dict(DEFAULT_WEIGHTS), "fitted": False, "pool": len(mats),
+              "reason": reason or "no labelled pair: the version's own documents, default weights"}
+    figs = {"own_documents": len(mats), "fusion": fusion}
+    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+    save(model, out_file, {"provenance": version_identity(manifest), "figures": figs, "fusion": fusion})
+    return figs
