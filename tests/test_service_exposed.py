@@ -190,6 +190,45 @@ def test_connections_over_the_cap_close_the_oldest_idle_one(answerer):
                 s.close()
 
 
+def test_a_keep_alive_connection_trickling_its_next_head_is_closed(answerer):
+    from answers.service.conn_guard import ConnectionBounds
+    from flows.serve import uvicorn_settings
+
+    bounds = ConnectionBounds(header_timeout_s=1.5, max_connections=64, max_requests=64)
+    with _Server(_app(answerer), uvicorn_settings(bounds)) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        s.sendall(b"GET / HTTP/1.1\r\n")  # the next request's head, a byte at a time (each byte re-arms
+        t, closed = time.monotonic(), False  # uvicorn's keep-alive timer, never the head deadline)
+        while time.monotonic() - t < 6 and not closed:
+            try:
+                s.sendall(b"X")
+            except OSError:
+                closed = True
+            closed = closed or _closed(s)
+        assert closed and 1.0 < time.monotonic() - t < 4.0
+        s.close()
+
+
+def test_requests_in_flight_are_bounded_apart_from_connections(answerer):
+    from answers.service.conn_guard import ConnectionBounds
+    from flows.serve import uvicorn_settings
+
+    bounds = ConnectionBounds(header_timeout_s=5.0, max_connections=64, max_requests=1)
+    with _Server(_app(answerer), uvicorn_settings(bounds)) as srv:
+        held = socket.create_connection(("127.0.0.1", srv.port))  # one request in flight: its body trickles
+        held.sendall(b"POST /ask HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                     b"Content-Length: 100\r\n\r\nq=")
+        time.sleep(0.3)
+        try:
+            assert srv.get("/healthz")[0] == 503
+        finally:
+            held.close()
+        time.sleep(0.3)
+        assert srv.get("/healthz")[0] == 200
+
+
 # keys --------------------------------------------------------------------------------------------------------
 
 

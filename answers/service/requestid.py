@@ -37,7 +37,7 @@ def request_id_of(headers: list[tuple[bytes, bytes]]) -> str:
 
 class RequestIdMiddleware:
     """ASGI middleware: request id, timing and the ``on_done`` callbacks (see the module's docstring).
-    ``scope["service"]`` is a dict the inner middlewares fill (``key``: the API key's name, ``route``)."""
+    ``scope["service"]`` is a dict the inner middlewares fill (``key``: the API key's name)."""
 
     def __init__(self, app, on_done=()):
         self.app, self.on_done = app, list(on_done)
@@ -70,8 +70,7 @@ class RequestIdMiddleware:
                       "query_keys": sorted({k for k, _ in parse_qsl(scope.get("query_string", b"").decode(
                           "latin-1"), keep_blank_values=True)})[:20],
                       "status": status["code"] or 499, "seconds": round(time.perf_counter() - t, 6),
-                      "client": client[0] if client else None, "key": info.get("key"),
-                      "route": info.get("route")}
+                      "client": client[0] if client else None, "key": info.get("key")}
             for fn in self.on_done:
                 try:
                     fn(record)
