@@ -36,6 +36,10 @@ from crawler.urlpolicy import UrlPolicy
 from storage.bounds import check_bounds
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+# content codings urllib3 decodes without optional packages (RFC 9110 §8.4.1); only these are advertised in
+# Accept-Encoding, and a body in any other (br, zstd, ...) is the failure ``unsupported_encoding``, never kept raw
+DECODED_CODINGS = ("gzip", "x-gzip", "deflate", "identity")
+ACCEPT_ENCODING = "gzip, deflate"
 REDIRECT_STATUS = {301, 302, 303, 307, 308}
 log = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ class FetchResult:
     """Outcome of one fetch. ``error`` is None on success (``status`` 200 or 304), else a reason
     such as ``robots_disallowed``, ``unregistered_host``, ``unsafe_url``, ``private_address``,
     ``redirect_loop``, ``too_large``, ``http_404``, ``timeout``, ``deadline``, ``connection_error``,
-    ``truncated``, ``robots_unreachable``, ``bad_redirect``, ``bad_response``."""
+    ``truncated``, ``robots_unreachable``, ``bad_redirect``, ``bad_response``, ``unsupported_encoding``."""
 
     url: str
     final_url: str | None = None
@@ -178,6 +182,11 @@ class Fetcher:
     def _read(self, resp: requests.Response, cap: int, w: Window, truncate: bool = False) -> bytes:
         """The decoded body, at most ``cap`` bytes: over it, ``too_large`` (or the first ``cap`` bytes
         if ``truncate``). Raises _Fail on a deadline, a cut connection or a decoding error."""
+        codings = [c.strip().lower() for c in resp.headers.get("Content-Encoding", "").split(",") if c.strip()]
+        unknown = [c for c in codings if c not in DECODED_CODINGS]
+        if unknown:
+            raise _Fail("unsupported_encoding", f"Content-Encoding {', '.join(unknown)[:80]} is not decoded "
+                        f"(accepted: {ACCEPT_ENCODING})")
         length = resp.headers.get("Content-Length")
         if not truncate and length and length.isdigit() and int(length) > cap:
             raise _Fail("too_large", f"Content-Length {length} > {cap}")
@@ -217,7 +226,8 @@ class Fetcher:
             try:
                 with self.guard.window(self.cfg.deadline) as w:
                     try:
-                        resp = host.session.get(url, headers=headers, allow_redirects=False, stream=True,
+                        resp = host.session.get(url, headers={"Accept-Encoding": ACCEPT_ENCODING, **headers},
+                                                allow_redirects=False, stream=True,
                                                 timeout=(self.cfg.connect_timeout, self.cfg.read_timeout))
                     except (requests.exceptions.RequestException, ValueError, OSError) as exc:
                         if w.blocked:

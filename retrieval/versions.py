@@ -140,12 +140,30 @@ def publish_version(index_root: str | os.PathLike, index: faiss.Index, chunks: p
             np.save(tmp / "embeddings.npy", np.ascontiguousarray(vectors, dtype=np.float32))
         if write_extra is not None:
             write_extra(tmp)
+        core = core_files(tmp, manifest)
         live = int(index.ntotal) - int((manifest.get("ann") or {}).get("tombstones", 0))
         (tmp / "manifest.json").write_text(json.dumps({**manifest, "version": version, "size": live,
-                                                      "chunks": int(len(chunks)), "build_id": uuid.uuid4().hex},
+                                                      "chunks": int(len(chunks)), "build_id": uuid.uuid4().hex,
+                                                      "core_files": core},
                                                       ensure_ascii=False, indent=1, default=str))
     atomic_write_text(root / CURRENT, version)
     return version
+
+
+CORE_FILES = ("index.faiss", "chunks.parquet", "embeddings.npy")
+
+
+def core_files(vdir: Path, manifest: dict) -> dict:
+    """``{path relative to vdir: sha256}`` of a version's core files (SPEC §7): :data:`CORE_FILES` present and
+    every file of its BM25 folder (``sparse.dir``) and ``fusion/``, recorded in the manifest at publication
+    (``core_files``) and checked at load by :func:`retrieval.verify.verify_version`."""
+    out = {f: file_sha256(vdir / f) for f in CORE_FILES if (vdir / f).is_file()}
+    sparse_dir = (manifest.get("sparse") or {}).get("dir") if isinstance(manifest.get("sparse"), dict) else None
+    for sub in dict.fromkeys([d for d in (sparse_dir, "fusion") if isinstance(d, str) and d]):
+        if (vdir / sub).is_dir():
+            out.update({p.relative_to(vdir).as_posix(): file_sha256(p)
+                        for p in sorted((vdir / sub).rglob("*")) if p.is_file()})
+    return out
 
 
 def load_version(index_root: str | os.PathLike, version: str | None = None
@@ -283,7 +301,27 @@ def check_manifest(manifest: dict, path: str | os.PathLike) -> dict:
         _check_sparse(manifest["sparse"], path)
     if "fusion" in manifest:
         _check_fusion(manifest["fusion"], path)
+    if "parts" in manifest:
+        _check_files(manifest["parts"], path)
     return manifest
+
+
+def _check_files(parts, path) -> None:
+    """The ``parts`` entry: an object of part records, each an object whose ``file`` (when named) is a plain file
+    name of the version, ``sha256`` a string and ``files`` (weights beside it) an object of name -> sha256."""
+    if not isinstance(parts, dict):
+        raise _field_error(path, "parts", parts, "an object of part records")
+    for name, rec in parts.items():
+        if not isinstance(rec, dict):
+            raise _field_error(path, f"parts.{name}", rec, "an object (a part record)")
+        if "refused" in rec:
+            continue
+        _check_relative(rec, "file", path, f"parts.{name}.file", one_part=True)
+        _check_str(rec, "sha256", path, f"parts.{name}.sha256")
+        files = rec.get("files", {})
+        if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in files.items()):
+            raise _field_error(path, f"parts.{name}.files", files, "an object of file name -> sha256")
 
 
 # FAISS's on-disk format (faiss/impl/index_read.cpp, ``read_index``): a fourcc, then per type a header and

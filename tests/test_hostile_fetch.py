@@ -161,3 +161,15 @@ def test_bombs_and_endless_bodies_stop_at_the_decoded_size_cap():
             tracemalloc.stop()
     assert [r.error for r in results] == ["too_large", "too_large"]
     assert time.monotonic() - t < 5 and peak < 16 * 2**20, peak
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd", "gzip, br"])
+def test_a_body_in_a_coding_not_decoded_is_a_failure_and_not_advertised(coding):
+    """urllib3 decodes br / zstd only with optional packages this project does not install: such a body is the
+    failure ``unsupported_encoding`` (it was kept raw as the page), and Accept-Encoding names gzip and deflate."""
+    routes = {"/robots.txt": robots_ok,
+              "/page": lambda h: send(h, 200, b"\x1b\x03\x00\xf8\xa5\x40\x02", "text/html", {"Content-Encoding": coding})}
+    with hosts(routes) as (a,):
+        res = Fetcher({a.netloc}, FAST, allow_private=True).fetch(a.url("/page"))
+    assert res.error == "unsupported_encoding" and res.body is None and "is not decoded" in res.detail
+    assert {h.get("Accept-Encoding") for h in a.headers_seen} == {"gzip, deflate"}
