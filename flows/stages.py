@@ -126,6 +126,9 @@ def corpus_stages(run: Run, input: str, registry: str | None = None, refresh: bo
         run.inputs["input_path"] = str(Path(input).resolve())
         r["import"] = run.stage("import-documents")
     run.inputs["stopwords"] = run.inputs.get("stopwords") or (None if input == "crawl" else _sibling(input, "stopwords.txt"))
+    from crawler.registry import DEFAULT_REGISTRY  # the sources' owners for the policy records
+
+    run.inputs["registry"] = run.inputs.get("registry") or registry or str(DEFAULT_REGISTRY)
     for key, name in (("clean", "clean"), ("sentences", "sentences")):
         r[key] = run.stage(name)
     r["segment"] = run.mapped("segment-plan", "segment-part", "segment", run.cfg.segment_parts)

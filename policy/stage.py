@@ -79,12 +79,13 @@ def coverage(recs: list[PolicyRecord]) -> dict[str, float]:
     return out
 
 
-def policy_records_stage(clean_dir, out_dir, columns: dict | None = None,
-                         registry: str | os.PathLike | None = DEFAULT_REGISTRY, as_of: str | None = None) -> dict:
+def policy_records_stage(clean_dir, out_dir, columns: dict | None = None, registry: str | os.PathLike | None = None,
+                         as_of: str | None = None) -> dict:
     """``documents_clean`` -> ``policy_records`` (one row per document, :data:`POLICY_SCHEMA`).
 
     ``columns``: the import's column mapping (mapped metadata columns are evidence ``column:<name>``);
-    ``registry``: the source registry whose names are the sources' owners; ``as_of``: ISO day expiries are
+    ``registry``: the source registry whose names are the sources' owners (None: no owners; the main job
+    passes ``crawler/sources.yaml`` or the crawl's registry); ``as_of``: ISO day expiries are
     compared with (default today). Memory: every document's metadata and one group of texts at a time
     (links are resolved over the whole corpus).
 
@@ -101,7 +102,8 @@ def policy_records_stage(clean_dir, out_dir, columns: dict | None = None,
              "validity": dict(Counter(r.validity for r in recs)),
              "jurisdiction_levels": dict(Counter(r.jurisdiction_level or "unknown" for r in recs)), "links": counts}
     with TableWriter(out_dir, name="policy_records", schema=POLICY_SCHEMA,
-                     config={"columns": dict(columns or {}), "as_of": day.isoformat()},
+                     config={"columns": dict(columns or {}), "as_of": day.isoformat(),
+                             "registry": str(registry) if registry else None},
                      code_version=POLICY_RECORDS.code_version(),
                      inputs={"documents_clean": manifest_fingerprint(clean_dir)}) as w:
         w.write(pa.table(records_frame_rows(recs), schema=POLICY_SCHEMA))
