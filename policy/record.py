@@ -36,6 +36,7 @@ _CENTRAL = re.compile(r"国务院|全国人民代表大会|全国人大|中共�
                       r"总局|总署|证监会|银保监会|金融监管总局|^[\u4e00-\u9fff]{0,12}部(?:等|$|\s)|^[一二三四五六七八九十]+部门")
 _LOCAL_BODY = re.compile(r"^(?:省|市|县|区|自治区|自治州)")
 _BEN = re.compile(r"本(省|市|自治区)")
+_NATIONAL_FORM = re.compile(r"(?<!办)法$|条例$|法典$")
 _BEN_LEVELS = {"本省": ("province",), "本自治区": ("province",), "本市": ("city", "province")}
 _VALIDITY_WORDS = (("废止", "废止"), ("已修订", "已修订"), ("修订", "已修订"), ("修正", "已修订"), ("修改", "已修订"),
                    ("失效", "失效"), ("过期", "失效"), ("有效", "有效"), ("现行", "有效"), ("尚未生效", "有效"))
@@ -181,6 +182,8 @@ def _jurisdiction(vals: dict, ev: dict, title: str, text: str, owner: str | None
                   if divs[p.code].level in _BEN_LEVELS[m.group(0)] and p.surface == divs[p.code].name]
         if places:
             return places[0].code, f"text:{m.group(0)}→{places[0].surface}"
+    if _NATIONAL_FORM.search(T.strip_version(title)) and not m:  # 法 and 条例 naming no place: 全国人大's or
+        return NATIONAL, "title:法/条例"                           # 国务院's (a local 条例 names its place)
     return None, None
 
 

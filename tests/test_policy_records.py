@@ -88,6 +88,13 @@ def test_column_outranks_header_outranks_owner_and_title():
     assert (o.jurisdiction_code, o.evidence["jurisdiction"]) == ("110000", "registry:owner")
 
 
+def test_a_law_or_regulation_naming_no_place_is_national():
+    for title in ("城市房地产开发经营管理条例", "民法典", "数据出境安全评估条例（试行）"):
+        r = extract_record({"doc_id": "n", "title": title, "text": "第一条 为了规范……"})
+        assert (r.jurisdiction_code, r.evidence["jurisdiction"]) == (NATIONAL, "title:法/条例"), title
+    assert extract_record({"doc_id": "m", "title": "数据出境安全评估办法", "text": ""}).jurisdiction_code is None
+
+
 def test_ben_sheng_resolved_from_the_text():
     r = extract_record({"doc_id": "t", "title": "关于促进数据要素发展的若干措施",
                         "text": "为推动河南省数字经济发展，结合本省实际，制定以下措施。"})
@@ -252,7 +259,7 @@ def test_metadata_columns_travel_from_import_through_clean_to_the_record(tmp_pat
     t = read_table(tmp_path / "out")
     t = t.astype(object).where(t.notna(), None)
     ev = [json.loads(e) for e in t["evidence"]]
-    assert t["jurisdiction_name"].tolist() == ["上海市", None] and t["validity"].tolist() == ["有效", "失效"]
-    assert [e.get("jurisdiction") for e in ev] == ["column:region", None]
+    assert t["jurisdiction_name"].tolist() == ["上海市", "全国"] and t["validity"].tolist() == ["有效", "失效"]
+    assert [e.get("jurisdiction") for e in ev] == ["column:region", "title:法/条例"]
     assert [e["validity"] for e in ev] == ["column:expired", "column:expired"]
     assert t["effective_date"].tolist() == [date(2020, 6, 1)] * 2
