@@ -22,12 +22,18 @@ def read_question_lines(path: str | os.PathLike, fmt: str = "") -> pd.DataFrame:
     """A question file's JSON Lines as a frame, ``qid`` and ``doc_id`` read as strings.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: naming the file (and ``fmt``): not JSON Lines.
+        FileNotFoundError: no such file. ValueError: naming the file (and ``fmt``): not UTF-8 JSON Lines (a
+            leading byte order mark is allowed).
     """
     if not Path(path).is_file():
         raise FileNotFoundError(f"question file {path} not found")
-    try:
-        return pd.read_json(path, lines=True, dtype={"qid": str, "doc_id": str})
+    import io
+
+    try:  # utf-8-sig: a byte order mark before the first line is the file's
+        text = Path(path).read_text(encoding="utf-8-sig")
+        return pd.read_json(io.StringIO(text), lines=True, dtype={"qid": str, "doc_id": str})
+    except RecursionError:
+        raise ValueError(f"question file {path} is not JSON Lines{fmt} (nested too deep)") from None
     except ValueError as exc:
         raise ValueError(f"question file {path} is not JSON Lines{fmt} ({str(exc)[:120]})") from None
 

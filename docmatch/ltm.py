@@ -176,23 +176,56 @@ def save(model: LTMB, path: str | os.PathLike, info: dict | None = None) -> None
 def from_json(text: str, where: str = "model") -> Saved:
     """The model of a model file's text.
 
+    The config's sizes are bounded (:data:`CONFIG_BOUNDS`) and the weights' tensor shapes compared with the
+    config's (a model built on the ``meta`` device, nothing allocated) before the model is built, so a file
+    claiming huge sizes never drives an allocation beyond its own weights.
+
     Raises:
-        ValueError: not an LTM-B file (format), a bad config, or weights that do not fit the config.
+        ValueError: not an LTM-B file (format), a bad or oversized config, or weights that do not fit the config.
     """
     from safetensors.torch import load
 
     try:
         d = json.loads(text)
-    except ValueError:
-        raise ValueError(f"{where}: not JSON") from None
+    except (ValueError, RecursionError):
+        raise ValueError(f"{where}: not JSON (or nested too deep)") from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise ValueError(f"{where}: not an LTM-B model file (format {FORMAT!r})")
-    model = LTMB(LTMConfig(**d["config"]))
+    cfg = _config(d.get("config"), where)
     try:
-        model.load_state_dict(load(base64.b64decode(d["weights"])))
-    except (RuntimeError, KeyError, ValueError) as exc:
-        raise ValueError(f"{where}: weights do not fit the config ({str(exc)[:120]})") from None
-    return Saved(model.eval(), d.get("info") or {})
+        weights = load(base64.b64decode(d["weights"], validate=True))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # binascii.Error and SafetensorError among them
+        raise ValueError(f"{where}: weights are not base64 safetensors ({str(exc)[:120]})") from None
+    with torch.device("meta"):
+        want = {k: tuple(v.shape) for k, v in LTMB(cfg).state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in weights.items()}
+    if got != want:
+        bad = sorted(set(got) ^ set(want)) or [k for k in want if got[k] != want[k]]
+        raise ValueError(f"{where}: weights do not fit the config (first: {str(bad[0])[:80]})")
+    model = LTMB(cfg)
+    model.load_state_dict(weights)
+    return Saved(model.eval(), d.get("info") if isinstance(d.get("info"), dict) else {})
+
+
+CONFIG_BOUNDS = {"dim": 1 << 13, "hidden": 1 << 12, "heads": 64, "layers": 16, "max_segments": 1 << 12}
+
+
+def _config(c, where: str) -> LTMConfig:
+    """The :class:`LTMConfig` of a model file's ``config``, its sizes integers within :data:`CONFIG_BOUNDS`.
+
+    Raises:
+        ValueError: not an object, an unknown field, or a size out of bounds.
+    """
+    if not isinstance(c, dict):
+        raise ValueError(f"{where}: config is not an object")
+    for k, hi in CONFIG_BOUNDS.items():
+        v = c.get(k, getattr(LTMConfig, k))
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise ValueError(f"{where}: config {k} is {str(v)[:40]}, not an integer in [1, {hi}]")
+    try:
+        return LTMConfig(**c)
+    except TypeError as exc:
+        raise ValueError(f"{where}: config has an unknown field ({str(exc)[:80]})") from None
 
 
 def load_file(path: str | os.PathLike) -> Saved:

@@ -201,13 +201,13 @@ def read_pairs(path: str | Path, id_a: str = "a", id_b: str = "b") -> pd.DataFra
             or a label other than 0/1.
     """
     rows = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8-sig").splitlines(), 1):  # a BOM is the file's
         if not line.strip():
             continue
         try:
             d = json.loads(line)
-        except ValueError:
-            raise ValueError(f"{path}:{i}: not JSON") from None
+        except (ValueError, RecursionError):
+            raise ValueError(f"{path}:{i}: not JSON (or nested too deep)") from None
         if not isinstance(d, dict) or id_a not in d or id_b not in d:
             raise ValueError(f"{path}:{i}: a pair needs the ids {id_a!r} and {id_b!r}")
         if "label" in d and d["label"] not in (0, 1):

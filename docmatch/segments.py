@@ -46,7 +46,7 @@ def version_matrices(version_dir: str | os.PathLike, doc_ids: Sequence[str] | No
 
     Raises:
         FileNotFoundError: the version keeps no ``embeddings.npy`` or ``chunks.parquet``.
-        ValueError: the vectors and the chunks table disagree in rows.
+        ValueError: the vectors and the chunks table disagree in rows, or a vector is not finite (NaN, inf).
     """
     d = Path(version_dir)
     if not (d / "embeddings.npy").is_file():
@@ -62,6 +62,9 @@ def version_matrices(version_dir: str | os.PathLike, doc_ids: Sequence[str] | No
     for doc, g in chunks.sort_values(["doc_id", "start", "row"]).groupby("doc_id", sort=False):
         rows = g["row"].to_numpy()[:max_segments]
         out[str(doc)] = np.asarray(vecs[rows], dtype=np.float32)
+        if not np.isfinite(out[str(doc)]).all():  # would score NaN and print invalid JSON
+            raise ValueError(f"{d}: embeddings.npy holds a vector that is not finite (NaN or inf) for document "
+                             f"{str(doc)[:80]!r}: rebuild the version")
     return out
 
 

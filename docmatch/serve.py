@@ -53,7 +53,8 @@ class RelatedIndex:
         """
         d = key if column == "doc_id" else self.by_external.get(key)
         if d not in self.row:
-            raise KeyError(f"no document with {column} {key!r} in this index version")
+            shown = repr(key[:80]) + (f" ({len(key):,} chars)" if len(key) > 80 else "")
+            raise KeyError(f"no document with {column} {shown} in this index version")
         return d
 
     def _scores(self, a: str, rows: np.ndarray) -> np.ndarray:

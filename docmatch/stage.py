@@ -136,9 +136,11 @@ def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, 
     work = Path(work_dir)
 
     def train(index_root: Path, version: str) -> tuple[str, dict]:
-        pcfg = PairConfig(seed=seed)
-        key = hashlib.sha256(json.dumps([file_sha256(corpus), asdict(pcfg), PAIRS_FORMAT]).encode()).hexdigest()
-        pairs_file = pairs or default_pairs(corpus, work / f"pairs-{key[:16]}.jsonl", pcfg)
+        pairs_file = pairs
+        if not pairs:  # the default set, cached by the corpus's content (a user's pair file needs no corpus)
+            pcfg = PairConfig(seed=seed)
+            key = hashlib.sha256(json.dumps([file_sha256(corpus), asdict(pcfg), PAIRS_FORMAT]).encode()).hexdigest()
+            pairs_file = default_pairs(corpus, work / f"pairs-{key[:16]}.jsonl", pcfg)
         vdir = Path(index_root) / version
         figs = build_related_part(vdir, pairs_file, work / "model", corpus=corpus, cache_dir=work / "segments",
                                   cfg=LTMConfig(max_segments=max_segments), tcfg=TrainConfig(seed=seed), log=log)

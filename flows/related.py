@@ -45,13 +45,17 @@ def _pairs(rel, path: str, column: str) -> list[dict]:
     """Each line of the pair file with ``score`` added (ids read as ``column``).
 
     Raises:
-        ValueError: a line that is not a JSON object with ``a`` and ``b``. KeyError: an unknown id.
+        ValueError: a line that is not UTF-8 JSON (a leading byte order mark allowed), nested too deep, or not an
+            object with ``a`` and ``b``. KeyError: an unknown id (echoed cut to 80 chars).
     """
     rows = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8-sig").splitlines(), 1):  # a BOM is the file's
         if not line.strip():
             continue
-        d = json.loads(line)
+        try:
+            d = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{path}:{i}: not a JSON line (or nested too deep)") from None
         if not isinstance(d, dict) or "a" not in d or "b" not in d:
             raise ValueError(f"{path}:{i}: a pair needs the ids 'a' and 'b'")
         pair = (rel.resolve(str(d["a"]), column), rel.resolve(str(d["b"]), column))
