@@ -276,38 +276,44 @@ def read_corpus_csv(path: str | os.PathLike, sources_csv: str | os.PathLike | No
     rows = [dict(zip(header, fields)) for _, _, fields in records]
     urls = load_source_urls(sources_csv) if sources_csv and Path(sources_csv).is_file() else {}
     report = ImportReport(rows=len(rows))
-    records, seen = [], Counter()
-    for row in rows:
-        text = strip_controls(row.get("contentText") or "")
-        if not text.strip():
-            report.warnings["empty_text"] += 1
-        channel = (strip_controls(row.get("channel") or "")).strip() or "unknown"
-        describes = (strip_controls(row.get("describes") or "")).strip()
-        pub_raw = row.get("pubtime") or ""
-        pub = parse_pubtime(pub_raw)
-        if pub is None:
-            report.warnings["pubtime_missing" if not pub_raw.strip() else "pubtime_unparsed"] += 1
-        elif pub_raw != pub_raw.strip():
-            report.warnings["pubtime_whitespace_stripped"] += 1
-        url = urls.get(describes)
-        if urls and describes and url is None:
-            report.warnings["citation_without_url"] += 1
-        raw = "\x1f".join(row.get(c) or "" for c in REQUIRED_COLUMNS)
-        digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-        seen[digest] += 1
-        doc_id = digest[:16] + (f"-{seen[digest]}" if seen[digest] > 1 else "")
-        records.append({
-            "doc_id": doc_id, "source_id": source_id(channel), "source": channel, "url": url,
-            "title": strip_controls(row.get("title") or "", one_line=True), "pubtime": pub, "issuer": None,
-            "doc_number": None, "written_date": None, "content_type": _content_type(url), "fetched_at": None,
-            "raw_sha256": digest, "citation": describes or None, "text": text,
-            **{c: None for c in METADATA_COLUMNS},
-        })
-        for field_name, column in meta.items():
-            value = metadata_value(field_name, row.get(column))
-            if value is not None or field_name in METADATA_COLUMNS:
-                records[-1][field_name] = value
+    seen: Counter = Counter()
+    records = [_row_document(row, urls, report, seen, meta) for row in rows]
     if not any(r["text"].strip() for r in records):
         raise InputError(f"{path}: empty corpus (no row with text in contentText)")
     df = pd.DataFrame.from_records(records, columns=[*DOCUMENT_COLUMNS, *METADATA_COLUMNS])
     return df, report
+
+
+def _row_document(row: dict, urls: dict, report: ImportReport, seen: Counter, meta: dict) -> dict:
+    """The document of one CSV row (warnings counted in ``report``, repeats of a row counted in ``seen``), its
+    mapped metadata columns ``meta`` (documents column -> CSV column) filled in."""
+    text = strip_controls(row.get("contentText") or "")
+    if not text.strip():
+        report.warnings["empty_text"] += 1
+    channel = (strip_controls(row.get("channel") or "")).strip() or "unknown"
+    describes = (strip_controls(row.get("describes") or "")).strip()
+    pub_raw = row.get("pubtime") or ""
+    pub = parse_pubtime(pub_raw)
+    if pub is None:
+        report.warnings["pubtime_missing" if not pub_raw.strip() else "pubtime_unparsed"] += 1
+    elif pub_raw != pub_raw.strip():
+        report.warnings["pubtime_whitespace_stripped"] += 1
+    url = urls.get(describes)
+    if urls and describes and url is None:
+        report.warnings["citation_without_url"] += 1
+    raw = "\x1f".join(row.get(c) or "" for c in REQUIRED_COLUMNS)
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    seen[digest] += 1
+    doc_id = digest[:16] + (f"-{seen[digest]}" if seen[digest] > 1 else "")
+    doc = {
+        "doc_id": doc_id, "source_id": source_id(channel), "source": channel, "url": url,
+        "title": strip_controls(row.get("title") or "", one_line=True), "pubtime": pub, "issuer": None,
+        "doc_number": None, "written_date": None, "content_type": _content_type(url), "fetched_at": None,
+        "raw_sha256": digest, "citation": describes or None, "text": text,
+        **{c: None for c in METADATA_COLUMNS},
+    }
+    for field_name, column in meta.items():
+        value = metadata_value(field_name, row.get(column))
+        if value is not None or field_name in METADATA_COLUMNS:
+            doc[field_name] = value
+    return doc
