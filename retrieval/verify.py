@@ -47,7 +47,7 @@ class VerifyReport:
 
 def verify_version(index_root: str | os.PathLike, version: str) -> VerifyReport:
     """Check every file of ``version`` under ``index_root`` (module docstring); never raises for a damaged
-    version, the report lists its problems. Reads every file once (sha256; about 1 s per GB)."""
+    version, the report lists its problems. Reads every file once (sha256: about 3 s per GB on one busy core)."""
     from retrieval.versions import IndexLoadError, read_manifest
 
     root, rep = Path(index_root), VerifyReport(str(version)[:80])
