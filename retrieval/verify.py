@@ -38,11 +38,12 @@ class VerifyReport:
         return not self.problems
 
     def summary(self) -> str:
-        """One line: ``verified`` or the first problem (and how many more)."""
+        """One line: ``verified`` or the first problem (cut to 400 chars) and how many more."""
         if self.ok:
             return "verified" + (f" (not recorded: {', '.join(self.unverified)})" if self.unverified else "")
         more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-        return f"index {self.version}: {self.problems[0]}{more}"
+        first = self.problems[0] if len(self.problems[0]) <= 400 else self.problems[0][:400] + "..."
+        return f"index {self.version}: {first}{more}"
 
 
 def verify_version(index_root: str | os.PathLike, version: str) -> VerifyReport:

@@ -311,7 +311,8 @@ def _check_files(parts, path) -> None:
     name of the version, ``sha256`` a string and ``files`` (weights beside it) an object of name -> sha256."""
     if not isinstance(parts, dict):
         raise _field_error(path, "parts", parts, "an object of part records")
-    for name, rec in parts.items():
+    for key, rec in parts.items():
+        name = key if len(key) <= 80 else f"{key[:80]}...({len(key):,} chars)"
         if not isinstance(rec, dict):
             raise _field_error(path, f"parts.{name}", rec, "an object (a part record)")
         if "refused" in rec:
