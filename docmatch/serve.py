@@ -31,7 +31,7 @@ class RelatedIndex:
     """
 
     def __init__(self, model, mats: dict[str, np.ndarray], texts: pd.DataFrame, info: dict | None = None):
-        self.model, self.info = model.eval(), info or {}
+        self.model, self.info, self.fused = model.eval(), info or {}, None  # fused: docmatch.fused_serve.attach
         self.ids = sorted(mats)
         self.row = {d: i for i, d in enumerate(self.ids)}
         with torch.no_grad():
@@ -73,6 +73,8 @@ class RelatedIndex:
         + 1 documents, and what keeps an answer under 0.2 s on larger ones (docs/related.md)."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if self.fused is not None:  # the part's fused ranking (docmatch.fused_serve)
+            return self.fused.related(doc_id, k)
         i = self.row[doc_id]
         rows = np.array([j for j in range(len(self.ids)) if j != i], dtype=np.int64)
         if depth is not None and len(rows) > depth:
@@ -85,7 +87,10 @@ class RelatedIndex:
         return [self._hit(self.ids[rows[j]], float(s[j])) for j in order]
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:
-        """Match probabilities of ``(a, b)`` doc-id pairs (each id must be in the version)."""
+        """Match probabilities of ``(a, b)`` doc-id pairs (each id must be in the version); fused scores when
+        the part is fused (:meth:`docmatch.fused_serve.FusedRanker.score`)."""
+        if self.fused is not None:
+            return self.fused.score(pairs)
         return [float(self._scores(a, np.array([self.row[b]]))[0]) for a, b in pairs]
 
     def _hit(self, d: str, score: float) -> dict:
@@ -123,7 +128,9 @@ def load(version_dir: str | os.PathLike) -> RelatedIndex:
     mats = version_matrices(vdir, max_segments=saved.model.cfg.max_segments)
     has_texts = isinstance((manifest.get("parts") or {}).get(TEXTS), dict)
     texts = read_texts(vdir, manifest) if has_texts else pd.DataFrame(columns=["doc_id", "title", "external_id"])
-    return RelatedIndex(saved.model, mats, texts, saved.info)
+    from docmatch.fused_serve import attach
+
+    return attach(RelatedIndex(saved.model, mats, texts, saved.info), vdir)
 
 
 def load_part(bundle, path: Path) -> RelatedIndex:

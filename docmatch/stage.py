@@ -19,7 +19,7 @@ from docmatch.ranking import rank_metrics
 from docmatch.serve import PART, PART_FILE
 from docmatch.train import TrainConfig, ltm_scores, train_ltm
 
-PAIRS_FORMAT = 1  # bump when docmatch.pairs derives pairs differently: cached default pair files are then rebuilt
+PAIRS_FORMAT = 2  # bump when docmatch.pairs derives pairs differently: cached default pair files are then rebuilt
 
 
 def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
@@ -97,11 +97,22 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
     from retrieval.parts import version_identity
     from storage import file_sha256
 
+    from docmatch.fused_fit import fit_fusion
+
+    fusion = fit_fusion(vdir, pairs, mats, lambda a, c: ltm_scores(model, mats, a, c), cands, corpus)
+    figs["fusion"] = {k: v for k, v in fusion.items() if k != "pool"}
     info = {"provenance": version_identity(manifest), "figures": figs, "pairs_sha256": file_sha256(pairs_file),
-            "train": asdict(tcfg)}
+            "train": asdict(tcfg), "fusion": fusion}
     out.mkdir(parents=True, exist_ok=True)
     save(model, out / PART_FILE, info)
     return {**figs, "path": str(out / PART_FILE)}
+
+
+def pd_concat(*frames):
+    """The frames stacked, index reset (pair tables with the columns of the first)."""
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True)
 
 
 def default_pairs(corpus, out_file, cfg: PairConfig = PairConfig()) -> Path:
@@ -111,11 +122,13 @@ def default_pairs(corpus, out_file, cfg: PairConfig = PairConfig()) -> Path:
     Raises:
         FileNotFoundError: no ``corpus``. ValueError: the corpus has no regulation implementing a law.
     """
+    from docmatch.citations import default_citation_pairs
     from docmatch.pairs import derive_pairs, read_corpus, write_pairs
 
     out = Path(out_file)
     if not out.is_file():
-        write_pairs(derive_pairs(read_corpus(corpus), cfg), out)
+        c = read_corpus(corpus)
+        write_pairs(pd_concat(derive_pairs(c, cfg), default_citation_pairs(c, cfg)), out)
     return out
 
 
@@ -149,14 +162,25 @@ def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, 
         return text, {"provenance": version_identity(manifest), "figures": figs,
                       "pairs": "default" if not pairs else str(pairs), "pairs_sha256": file_sha256(pairs_file)}
 
+    def own(index_root: Path, version: str, reason: str) -> tuple[str, dict]:
+        from docmatch.fused_fit import build_own_part
+
+        vdir = Path(index_root) / version
+        figs = build_own_part(vdir, work / "model" / PART_FILE, max_segments, seed, reason)
+        manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
+        return (work / "model" / PART_FILE).read_text(encoding="utf-8"), {
+            "provenance": version_identity(manifest), "figures": figs, "pairs": "own documents", "reason": reason}
+
     def fit(index_root: Path, version: str) -> tuple[str | None, dict]:
         if pairs:  # the user's labels: their errors stop the publication
             return train(index_root, version)
-        try:  # the default set: a corpus without title-pattern pairs publishes without the part, saying why
+        if not corpus:  # no labels at all: the fused ranking of the version's own documents, default weights
+            return own(index_root, version, "no related pair file and no related corpus")
+        try:  # the default set: a corpus without title-pattern pairs falls back to the own documents, saying why
             return train(index_root, version)
         except (OSError, ValueError) as exc:
-            log(f"related part skipped: {exc}")
-            return None, {"refused": f"default related pairs from {Path(corpus).name}: {exc}"}
+            log(f"related part from the version's own documents: {exc}")
+            return own(index_root, version, f"default related pairs from {Path(corpus).name}: {exc}")
 
     return FittedPart(PART, PART_FILE, fit)
 
@@ -165,11 +189,10 @@ RELATED_CACHE = "cache/related"  # the index stage's scratch under the data dir:
 
 
 def related_fit(inputs: dict):
-    """The ``related`` part's fit (:data:`docmatch.parts.RELATED_PART`) when a pair file (``related_pairs``) or a
-    corpus (``related_corpus``) is given in the index stage's ``inputs`` (``clean_dir``, ``related_segments``
-    read too), else None."""
+    """The ``related`` part's fit (:data:`docmatch.parts.RELATED_PART`) from the index stage's ``inputs``: a pair
+    file (``related_pairs``), else a corpus (``related_corpus``), else the version's own documents (the fused
+    ranking with default weights, :func:`docmatch.fused_fit.build_own_part`); ``clean_dir`` and
+    ``related_segments`` read too."""
     pairs, corpus = inputs.get("related_pairs"), inputs.get("related_corpus")
-    if not (pairs or corpus):
-        return None
     return related_part(pairs or None, corpus or None, Path(inputs["clean_dir"]).parent / RELATED_CACHE,
                         int(inputs.get("related_segments") or 1))

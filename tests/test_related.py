@@ -174,12 +174,21 @@ def test_part_and_cli_on_a_tiny_version(tmp_path, tiny_corpus, capsys):
     assert len(hits) == 5 and "reg0-0" not in {h["doc_id"] for h in hits}
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     assert all(h["external_id"] == "EXT-" + h["doc_id"] and h["title"] for h in hits)
-    rel = load(vdir)  # served scores = the trained model's over the version's vectors
+    rel = load(vdir)  # served: the fused ranking with the weights fitted at build (docmatch.fusion)
+    from docmatch.fused_serve import FusedRanker, version_means, version_texts
+    from docmatch.fusion import SIGNALS, znorm
     from docmatch.segments import version_matrices
 
-    mats = version_matrices(vdir, max_segments=2)
-    want = 1 / (1 + np.exp(-ltm_scores(rel.model, mats, "reg0-0", [h["doc_id"] for h in hits])))
-    assert np.allclose(want, [h["score"] for h in hits], atol=1e-6)
+    fus = figs["fusion"]
+    assert rel.fused is not None and rel.fused.weights == fus["weights"] and fus["fitted"]
+    assert set(fus["test"]) == {*SIGNALS, "fused"} and fus["test"]["fused"]["queries"] == 4
+    top2 = {h["doc_id"]: h.get("link") for h in hits[:2]}  # its parent (its text cites 《law0》) and its sibling
+    assert top2 == {"law0": "implements", "reg0-1": None}
+    mats = version_matrices(vdir, max_segments=2)  # LTM-B alone: its logits z-normalised over the other documents
+    only = FusedRanker(rel, version_texts(vdir), version_means(vdir, rel.ids), {"ltm": 1.0})
+    others = [d for d in rel.ids if d != "reg0-0"]
+    want = dict(zip(others, znorm(ltm_scores(rel.model, mats, "reg0-0", others))))
+    assert all(abs(h["score"] - want[h["doc_id"]]) < 1e-4 for h in only.related("reg0-0", 5))
     (tmp_path / "ask.jsonl").write_text('{"a": "EXT-reg0-0", "b": "EXT-law0", "note": 1}\n')
     assert main(["--pairs", str(tmp_path / "ask.jsonl"), "--id-column", "external_id", "--data-dir",
                  str(tmp_path / "data")]) == 0

@@ -1,12 +1,12 @@
 """The related-policies model pinned in the index version (SPEC §12, §7): the index stage trains LTM-B on the
 staged version before ``CURRENT`` switches — by default on the title-pattern pairs of a corpus of laws whose
 documents are embedded with the version's pinned encoder — and records it as the version's ``related`` part, so
-serving ranks the version's own documents with it and a version published without it has none."""
+serving ranks the version's own documents with it; a version with no pair source gets the fused ranking of its own
+documents (default weights, docmatch.fused_fit.build_own_part)."""
 from __future__ import annotations
 
 import json
 
-import pytest
 
 from tests.test_related import corpus_rows
 
@@ -42,14 +42,17 @@ def test_the_index_stage_pins_a_related_model_trained_on_the_default_pairs(tmp_p
     assert {h["doc_id"] for h in hits} <= set(policy_docs()["doc_id"])  # ranks the version's own documents
     again = index_publish_stage(clean, enc, data / "index", ChunkConfig(**CHUNKS), sparse=None, answer_scorer=None)
     v2 = json.loads((data / "index" / again["version"] / "manifest.json").read_text(encoding="utf-8"))
-    assert "related" not in v2["parts"]  # published without a pair source: no related model
-    with pytest.raises(Exception, match="related part"):
-        load(data / "index" / again["version"])
+    own = v2["parts"]["related"]  # no pair source: the fused ranking of the version's own documents
+    assert own["pairs"] == "own documents" and not own["figures"]["fusion"]["fitted"]
+    assert own["figures"]["fusion"]["weights"]["ltm"] == 0.0 and own["figures"]["own_documents"] == 8
+    hits = load(data / "index" / again["version"]).related("d5", k=3)
+    assert len(hits) == 3 and "d5" not in {h["doc_id"] for h in hits}
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
 
 
-def test_a_default_corpus_without_pairs_publishes_without_the_related_part(tmp_path):
-    """The default training set is a convenience: a corpus with no title-pattern pairs records the part as
-    refused, with the reason, and the version is still published (SPEC §12)."""
+def test_a_default_corpus_without_pairs_publishes_the_own_documents_part(tmp_path):
+    """The default training set is a convenience: with a corpus with no title-pattern pairs the part is the fused
+    ranking of the version's own documents (default weights), the reason recorded (SPEC §12)."""
     from answers.stages import index_publish_stage
     from retrieval.chunks import ChunkConfig
     from tests.retrieval_builders import policy_docs, save_tiny_bert, write_clean
@@ -62,4 +65,5 @@ def test_a_default_corpus_without_pairs_publishes_without_the_related_part(tmp_p
                               data / "index", ChunkConfig(**CHUNKS), sparse=None, answer_scorer=None,
                               related_corpus=corpus)
     rec = res["serving_parts"]["related"]
-    assert "no law with a regulation" in rec["refused"] and (data / "index" / "CURRENT").read_text().strip() == "v1"
+    assert (data / "index" / "CURRENT").read_text().strip() == "v1"
+    assert "no law with a regulation" in rec["reason"] and rec["pairs"] == "own documents"  # fused, own documents

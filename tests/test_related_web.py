@@ -169,7 +169,7 @@ def test_switch_rollback_and_rebuilt_part_serve_their_own_model(site, tmp_path):
     assert _pairs(c.get("/related", params={"doc_id": "law2"}).json()["related"]) == _pairs(before)
     torch.manual_seed(7)  # v1 rebuilt with another model: a new manifest, so the old model is not served
     other = tmp_path / "other.json"
-    save(LTMB(saved.model.cfg), other, saved.info)
+    save(LTMB(saved.model.cfg), other, {**saved.info, "fusion": {"weights": {"ltm": 1.0}}})  # LTM-B alone
     install_related(data / "index" / "v1", other)
     after = c.get("/related", params={"doc_id": "law2"}).json()["related"]
     from docmatch import load
