@@ -4,7 +4,8 @@ The pool is every document of the pair file and the candidates: the index versio
 :func:`docmatch.fused_serve.version_texts`) and the corpus documents outside it. A corpus document's text for
 BM25 and links is its raw text, a regulation of a positive pair with what names its parent stripped
 (:func:`docmatch.pairs.strip_other`: the recipe of the citation-stripped split, :mod:`docmatch.citations`); its
-mean vector is the mean of its (embedded) segment rows. Weights are fitted on the ``train`` positives (each ``a``
+mean vector is the mean of its (embedded) segment rows; a document of the version uses the mean of ALL its chunk
+vectors, as served. Weights are fitted on the ``train`` positives (each ``a``
 ranking its ``b`` among the candidates) and reported on the ``test`` ones beside each signal alone. With no
 train positive the weights stay :data:`docmatch.fusion.DEFAULT_WEIGHTS` (LTM-B off), recorded as unfitted; a
 fit whose pairs never show a typed link keeps the default link weight (there is nothing to fit it on).
@@ -39,6 +40,12 @@ def pool_texts(version_dir, ids, corpus=None, pairs: pd.DataFrame | None = None)
     return texts, titles
 
 
+def _version_ids(version_dir) -> set[str]:
+    from pathlib import Path
+
+    return set(pd.read_parquet(Path(version_dir) / "chunks.parquet", columns=["doc_id"])["doc_id"].astype(str))
+
+
 def _version_titles(version_dir, texts: dict) -> dict:
     from pathlib import Path
 
@@ -57,7 +64,14 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
     texts, titles = pool_texts(version_dir, ids, corpus, pairs)
     ids = [d for d in ids if d in mats]
     m = np.stack([mats[d].mean(0) for d in ids]).astype(np.float32)
-    pool = SignalPool(ids, texts, titles, m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12), ltm)
+    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+    own = _version_ids(version_dir)
+    inside = [k for k, d in enumerate(ids) if d in own]
+    if inside:  # the version's own documents: the mean of ALL their chunk vectors, as served
+        from docmatch.fused_serve import version_means
+
+        m[inside] = version_means(version_dir, [ids[k] for k in inside])
+    pool = SignalPool(ids, texts, titles, m, ltm)
     pos = pairs[pairs["label"] == 1]
     cands = [c for c in cands if c in pool.row]
     train = pos[pos["split"] == "train"]
