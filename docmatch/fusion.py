@@ -11,9 +11,9 @@ Signals of a query document ``a`` against every other document of a pool (the in
 ``bm25``, ``mean`` and ``ltm`` are z-normalised over the pool (mean 0, std 1 over all other documents; a constant
 signal gives 0), ``link`` stays 0/1, and the fused score is ``w · features`` (a convex-combination fusion of
 normalised scores, Bruch, Gai & Ingber 2023, ACM TOIS). The weights are fitted on labelled pairs
-(:func:`fit_weights`: a grid, best mean reciprocal rank of the gold among the candidates, ties to recall@1 then to
-the widest mean margin of the gold per unit of weight), never on the pairs the figures are reported on. A pair's score is its fused score in
-``a``'s ranking, so a pair file's scores rank as the related list does.
+(:func:`fit_weights`: a grid, best mean reciprocal rank of the gold among the candidates, ties to recall@1
+then to the widest mean margin of the gold per unit of weight), never on the pairs the figures are reported on.
+A pair's score is its fused score in ``a``'s ranking, so a pair file's scores rank as the related list does.
 """
 from __future__ import annotations
 
@@ -110,7 +110,8 @@ def fit_weights(feats: np.ndarray, gold: np.ndarray, grid: dict = GRID, only: Se
                 ) -> tuple[dict, dict]:
     """The grid weights (:data:`GRID`; ``only``: the signals allowed a weight, the others 0) with the best MRR of
     the gold (``gold`` (q,) index into the candidates of ``feats`` (q, c, 4)), ties to recall@1 then to the
-    widest mean margin of the gold over the best other candidate per unit of total weight. Returns (weights, {"mrr", "recall@1", "queries", "grid"}).
+    widest mean margin of the gold over the best other candidate per unit of total weight.
+    Returns (weights, {"mrr", "recall@1", "queries", "grid"}).
 
     Raises:
         ValueError: no query.
