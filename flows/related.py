@@ -1,9 +1,11 @@
 """Related documents from the serving index version (SPEC §12): ``python -m flows.related DOC_ID --data-dir D
 [-k 10] [--version vN] [--id-column doc_id|external_id]`` prints one JSON line per related document
-(``doc_id, title, score, external_id``), best first, scored by the version's ``related`` part (LTM-B).
+(``doc_id, title, score, external_id``, and ``link`` when the two name each other in 《》), best first, scored by
+the version's ``related`` part (the fused ranking of BM25, mean vectors, LTM-B and typed links, docs/related.md).
 
 ``--pairs FILE`` (JSON Lines with two ids ``a``, ``b``, read as ``--id-column``) instead prints each line back
-with its ``score``. A missing part, an unknown id or a bad pair file is one ``error:`` line and exit 2.
+with its ``score`` (the fused score: ``b``'s score in ``a``'s list). A missing part, an unknown id or a bad pair
+file is one ``error:`` line and exit 2.
 """
 from __future__ import annotations
 
