@@ -106,14 +106,18 @@ class HybridRetriever:
         self.dense, self.sparse = dense, sparse
         self.w_dense, self.rrf_k, self.depth, self.method = float(w_dense), int(rrf_k), int(depth), method
 
-    def search(self, query: str, k: int, order: str = "hybrid", tokens: Sequence[str] | None = None) -> list[Hit]:
+    def search(self, query: str, k: int, order: str = "hybrid", tokens: Sequence[str] | None = None,
+               mask: np.ndarray | None = None) -> list[Hit]:
         """Top-``k`` hits for ``query`` with both sides' scores and ranks, ordered by the fused score
         (``order="dense"`` / ``"sparse"``: by that side alone, the other side still explained). ``tokens``: the
-        query already segmented by the sparse side's tokenizer (not segmented again)."""
-        return self.search_many([query], k, order, None if tokens is None else [list(tokens)])[0]
+        query already segmented by the sparse side's tokenizer (not segmented again). ``mask``: bool (n_chunks,),
+        the rows a scoped search may return (:mod:`retrieval.scope`); both sides' candidates are restricted to
+        it before ranking (BM25 scores zeroed outside; dense: exact cosine over the allowed rows' stored
+        vectors, else an 8x over-fetch filtered)."""
+        return self.search_many([query], k, order, None if tokens is None else [list(tokens)], mask)[0]
 
     def search_many(self, queries: Sequence[str], k: int, order: str = "hybrid",
-                    tokens: list[list[str]] | None = None) -> list[list[Hit]]:
+                    tokens: list[list[str]] | None = None, mask: np.ndarray | None = None) -> list[list[Hit]]:
         """:meth:`search` for many queries (encoded and tokenized in one batch each; ``tokens``: their tokens,
         when the caller segmented them already).
 
@@ -128,15 +132,34 @@ class HybridRetriever:
         toks = [None] * len(queries) if self.sparse is None else (
             tokens if tokens is not None else self.sparse.tokenize(list(queries)))
         depth = max(self.depth, k)
-        d_rows, d_scores = (self.dense.search_rows(qv, depth) if qv is not None
+        d_rows, d_scores = (self._dense_rows(qv, depth, mask) if qv is not None
                             else ([[]] * len(queries), [[]] * len(queries)))
-        return [self._rank(d_rows[i], d_scores[i], None if qv is None else qv[i], toks[i], depth, k, order)
+        return [self._rank(d_rows[i], d_scores[i], None if qv is None else qv[i], toks[i], depth, k, order, mask)
                 for i in range(len(queries))]
 
+    def _dense_rows(self, qv: np.ndarray, depth: int, mask: np.ndarray | None) -> tuple[list, list]:
+        """Each query's dense candidate rows and cosines, restricted to ``mask`` when given."""
+        if mask is None:
+            return self.dense.search_rows(qv, depth)
+        allowed = np.flatnonzero(mask)
+        if self.dense.vectors is not None and len(allowed) <= 200_000:
+            sims = np.asarray(self.dense.vectors[allowed], dtype=np.float32) @ np.asarray(qv, np.float32).T
+            rows, scores = [], []
+            for col in sims.T:
+                top = np.argsort(-col, kind="stable")[:depth]
+                rows.append(allowed[top].tolist())
+                scores.append(col[top].astype(float).tolist())
+            return rows, scores
+        rows, scores = self.dense.search_rows(qv, depth * 8)
+        keep = [[i for i, r in enumerate(rs) if 0 <= r < len(mask) and mask[r]][:depth] for rs in rows]
+        return [[rs[i] for i in kp] for rs, kp in zip(rows, keep)], [[ss[i] for i in kp] for ss, kp in zip(scores, keep)]
+
     def _rank(self, d_rows: list[int], d_scores: list[float], qvec, tokens, depth: int, k: int,
-              order: str) -> list[Hit]:
-        """One query's hits from its dense candidates and its tokens."""
+              order: str, mask: np.ndarray | None = None) -> list[Hit]:
+        """One query's hits from its dense candidates and its tokens (BM25 zeroed outside ``mask``)."""
         s_all = self.sparse.sparse.scores(tokens) if tokens is not None else None
+        if s_all is not None and mask is not None:
+            s_all = np.where(mask, s_all, 0.0)
         s_rows = top_rows(s_all, depth)[0].tolist() if s_all is not None else []
         if order == "hybrid":
             s_scores = [float(s_all[r]) for r in s_rows] if s_all is not None else []
@@ -232,14 +255,15 @@ class Retriever:
         return mode if self.sparse is not None else "dense"
 
     def search(self, query: str, k: int = 5, min_score: float | None = None, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None) -> list[SearchHit]:
+               tokens: Sequence[str] | None = None, docs: set[str] | None = None) -> list[SearchHit]:
         """Top-k chunks for ``query``, best first, as :class:`~retrieval.hits.SearchHit` s: score (the mode's:
         fused RRF score for ``hybrid``, cosine for ``dense``, BM25 for ``sparse``), dense_score, sparse_score,
         dense_rank, sparse_rank (1-based within each side's top ``depth`` candidates, None beyond), mode and the
         chunk's columns (chunk_id, doc_id, start, end, text, title, source, url; ``external_id`` when the
         documents had one). Hits whose score is below ``min_score`` are dropped. ``tokens``: the query as
         :meth:`tokenize` segments it, when the caller has them (the query is then segmented once). ``hybrid``
-        on a version without a sparse side answers ``dense``.
+        on a version without a sparse side answers ``dense``. ``docs``: the doc ids a scoped search may return
+        (:func:`retrieval.scope.allowed_docs`), applied inside both sides' candidate lists; None: all.
 
         Raises:
             retrieval.query.QueryError: an empty or whitespace query, one longer than ``limits.max_chars``, or
@@ -248,10 +272,14 @@ class Retriever:
         """
         query = check_query(query, k, self.limits)
         mode = self.mode(mode)
-        hits = self.hybrid.search(query, k, mode, tokens)
+        hits = self.hybrid.search(query, k, mode, tokens, None if docs is None else self.doc_mask(docs))
         return [SearchHit.of_chunk(self.chunk(h.row), h.score, mode, dense_score=h.dense_score,
                                    sparse_score=h.sparse_score, dense_rank=h.dense_rank, sparse_rank=h.sparse_rank)
                 for h in hits if min_score is None or h.score >= min_score]
+
+    def doc_mask(self, docs: set[str]) -> np.ndarray:
+        """bool (n_chunks,): the chunk rows whose ``doc_id`` is in ``docs``."""
+        return self.chunks["doc_id"].astype(str).isin(docs).to_numpy()
 
     def chunk(self, row: int) -> dict:
         """The columns of chunk ``row`` as plain Python values (NaN -> None)."""
