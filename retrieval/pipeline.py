@@ -22,7 +22,7 @@ class Searcher(Protocol):
     limits: QueryLimits
 
     def search(self, query: str, k: int, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None) -> list[SearchHit]:
+               tokens: Sequence[str] | None = None, docs: set[str] | None = None) -> list[SearchHit]:
         ...
 
 
@@ -51,18 +51,20 @@ class QueryPipeline:
     rerankers: Sequence[Reranker] = ()
 
     def search(self, query: str, k: int, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None) -> list[SearchHit]:
+               tokens: Sequence[str] | None = None, docs: set[str] | None = None) -> list[SearchHit]:
         """Top-``k`` :class:`~retrieval.hits.SearchHit` s for ``query``: the searcher's top ``max(k, depth of
         every reranker)`` (at most its ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid``
         (the baselines' ``sparse``/``dense``) skips the rerankers. ``tokens``: the query segmented by the
-        searcher's tokenizer, when the caller has them.
+        searcher's tokenizer, when the caller has them. ``docs``: the doc ids a scoped search may return
+        (:func:`retrieval.scope.allowed_docs`, applied inside the searcher's candidates); None: all.
 
         Raises:
             retrieval.query.QueryError: a bad query or ``k`` (the searcher's checks).
         """
         rerank = self.rerankers if mode == "hybrid" else ()
         depth = max([k, *(min(r.depth, self.searcher.limits.max_k) for r in rerank)])
-        hits = self.searcher.search(query, depth, mode=mode, tokens=tokens)
+        hits = self.searcher.search(query, depth, mode=mode, tokens=tokens,
+                                    **({} if docs is None else {"docs": docs}))
         for r in rerank:
             hits = r.rerank(query, hits)
         return hits[:k]
