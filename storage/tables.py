@@ -119,6 +119,8 @@ def write_table(
     """
     if rows_per_shard < 1:
         raise ValueError("rows_per_shard must be >= 1")
+    if isinstance(data, pd.DataFrame) and schema is not None:
+        data = _nulls_as_none(data)
     table = (pa.Table.from_pandas(data, preserve_index=False, schema=schema)
              if isinstance(data, pd.DataFrame) else data)
     table = table.replace_schema_metadata(None)
@@ -365,3 +367,15 @@ def iter_table(table_dir: str | os.PathLike, columns: list[str] | None = None, *
                 for k, v in part.items():
                     df[k] = v
                 yield df
+
+
+def _nulls_as_none(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every all-null column as ``None`` objects: a column no row filled (NaN, float64 after a
+    ``reindex``) converts to any type of an explicit schema (Arrow cannot cast float64 to date32)."""
+    empty = [c for c in df.columns if df[c].dtype != object and df[c].isna().all()]
+    if not empty:
+        return df
+    out = df.copy()
+    for c in empty:
+        out[c] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    return out
