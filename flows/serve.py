@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     if args.workers > 1:
         _multiprocess_metrics()
-    configure_json_logging()
     from retrieval.verify import serving_problem
 
     problem = serving_problem(os.path.join(args.data_dir, "index"))  # every file, as it would be loaded
@@ -100,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ScorerMissingError, IndexMissingError, PartError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    configure_json_logging()  # only once the service will run: a refused start leaves logging as it was
     common = dict(host=args.host, port=args.port, log_level="warning", log_config=None, access_log=False,
                   server_header=False, **uvicorn_settings(bounds))
     if args.workers == 1:

@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import statistics
+import sys
 import threading
 import time
 
@@ -428,8 +429,30 @@ def test_serve_refuses_bad_flags_with_one_error_line(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: rate 'sixty'")
     assert main(["--data-dir", str(tmp_path), "--workers", "0"]) == 2
     assert main(["--data-dir", str(tmp_path), "--header-timeout", "0"]) == 2
+    before = logging.getLogger().handlers[:]
     assert main(["--data-dir", str(tmp_path)]) == 2  # no index published
     assert capsys.readouterr().err.count("\n") == 3
+    assert logging.getLogger().handlers == before  # a refused start leaves logging as it was
+
+
+def test_json_logging_follows_the_current_stderr(monkeypatch):
+    """A handler set up while stderr was one stream keeps working after that stream is closed and replaced
+    (it once kept the old one: every later log line raised, and Prefect's flow logs recursed)."""
+    from answers.service.requestid import configure_json_logging
+
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        configure_json_logging(logging.WARNING)
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("tests.stderr").warning("after the swap")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    assert json.loads(second.getvalue())["msg"] == "after the swap"
 
 
 @pytest.mark.slow

@@ -102,9 +102,23 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler writing to whatever ``sys.stderr`` is at emit time (as :data:`logging.lastResort`
+    does), so a handler set up under a replaced stderr (a test's capture, a closed pipe) never keeps writing
+    to the old stream."""
+
+    def __init__(self):
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+
 def configure_json_logging(level: int = logging.WARNING, stream=None) -> None:
-    """Root logging as JSON lines on ``stream`` (default stderr) at ``level``; access lines always (INFO)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Root logging as JSON lines on ``stream`` (default: the current ``sys.stderr``) at ``level``; access
+    lines always (INFO). Replaces the root logger's handlers."""
+    handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderrHandler()
     handler.setFormatter(JsonLogFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
