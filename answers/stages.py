@@ -55,7 +55,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
-                        parts: list[dict] | None = None, related_segments: int = 1, **part_inputs) -> dict:
+                        parts: list[dict] | None = None, related_segments: int = 1,
+                        policy_dir: str | os.PathLike | None = None, **part_inputs) -> dict:
     """:func:`retrieval.stages.index_publish_stage` with every declared serving part
     (:func:`retrieval.serving_parts.serving_parts`) built from ``part_inputs`` (the index stage's inputs the
     declarations name: :func:`retrieval.serving_parts.index_inputs`): a part with a fit asked for (the answer
@@ -63,7 +64,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     ``related_corpus``, :func:`docmatch.parts.related_fit`, SPEC §12) is fitted over the staged version, and is
     then not installed from its file; the others are installed from their files (``answer_reranker`` before
     the scorer's fit, which then reads its sentence scores). The result's ``serving_parts.<name>`` holds each
-    part's record (a fit's figures).
+    part's record (a fit's figures). ``policy_dir``: the data dir's ``policy_records`` table the policy records
+    part is fitted from (:func:`policy.parts.records_fit`; missing: computed from ``clean_dir``).
 
     Raises:
         TypeError: an input no declared part reads.
@@ -82,7 +84,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
 
         tokenizer = make_tokenizer(sparse.segmenter)
     fitted = fitted_parts(declared, {**part_inputs, "clean_dir": clean_dir, "tokenizer": tokenizer,
-                                     "related_segments": related_segments})
+                                     "related_segments": related_segments, "policy_dir": policy_dir})
     return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device, sparse=sparse,
                    fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts, fitted_parts=fitted,
                    **part_inputs)

@@ -31,7 +31,9 @@ EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", read
 SERVING_INPUTS = index_inputs(serving_parts())
 # the publish is answers.stages' (the layer above): with a question set it fits the answer scorer on the staged
 # version before CURRENT switches (SPEC §9)
-INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER),
+# it reads policy_records too (its fingerprint enters the cache key: "missing" where no policy stage ran): the
+# policy_records serving part is fitted from it (policy.parts)
+INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER, "policy_records"),
               writes=(versioned("index"),), config=ChunkConfig,
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",
                         "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion",
@@ -39,7 +41,8 @@ INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_c
               inputs=SERVING_INPUTS, files=SERVING_INPUTS, scratch=("cache/related",),
               code=part_modules(serving_parts()),  # the declarations' modules, named by string
               takes_parts={"plan": "index-plan", "parts": "embed-part"},
-              args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path"},
+              args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path",
+                    "policy_dir": "policy_records"},
               gpu=True)
 EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
                  writes=(table("eval/retrieval"),),

@@ -28,7 +28,8 @@ def test_declarations_are_checked_and_every_library_declares_its_own():
     from retrieval.serving_parts import ROLES, declared, index_inputs, serving_parts
 
     parts = serving_parts()
-    assert [p.name for p in parts] == ["texts", "reranker", "related", "answer_reranker", "answer_scorer"]
+    assert [p.name for p in parts] == ["texts", "reranker", "policy_records", "related", "answer_reranker",
+                                     "answer_scorer"]
     assert {p.role for p in parts} <= set(ROLES) and declared("answer_scorer").role == "reader"
     assert INDEX.inputs == INDEX.files == index_inputs(parts)  # the stage's inputs are the declarations'
     assert "answer_questions" in INDEX.files and "related_corpus" in INDEX.files
