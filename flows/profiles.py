@@ -86,8 +86,9 @@ class PipelineConfig:
     # three 12-layer candidates (pretrained e5, the fine-tuned PolicyBERT, their average) embed the dev chunks in
     # bf16: 415 s in float32 on 2 cores
     retrieval_encoder: EncoderChoiceConfig = EncoderChoiceConfig(precision="bf16")
-    # the untrained-encoder row embeds every chunk again: with a pretrained encoder BM25 is the baseline
-    evaluate: EvalConfig = EvalConfig(untrained_max_chunks=0)
+    # the untrained-encoder row would embed every chunk again: it ranks a document sample of <= 256 chunks
+    # instead, beside the version's own vectors on the same sample (retrieval.evaluate.untrained_rows)
+    evaluate: EvalConfig = EvalConfig(untrained_max_chunks=0, untrained_sample_chunks=256)
     embed_batch_size: int = 64
     embed_parts: int = 2
     sample_query: str = "什么是数据基础制度体系？"

@@ -16,7 +16,7 @@ from retrieval.chunks import ChunkConfig, build_chunks
 from retrieval.contracts import EVALUATE, INDEX
 from retrieval.dense import IndexConfig
 from retrieval.encoders import Encoder, RetrievalInfo, checkpoint_type
-from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_row, version_rows
+from retrieval.evaluate import EvalConfig, ann_recalls, read_queries, untrained_rows, version_rows
 from retrieval.fusion import FusionConfig
 from retrieval.mining import mine_pairs_from, mine_queries_from
 from retrieval.parts import FittedPart, PartSource, write_parts
@@ -230,7 +230,8 @@ def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str
 def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed: int = 13, *,
                    cfg: EvalConfig | None = None, tokenizer=None) -> dict:
     """Known-item evaluation of the serving index version (:mod:`retrieval.evaluate`): its dense side, its
-    own BM25 side and its hybrid, the untrained encoder (up to ``cfg.untrained_max_chunks`` chunks) and the
+    own BM25 side and its hybrid, the untrained encoder (up to ``cfg.untrained_max_chunks`` chunks, else over a
+    document sample beside the version's vectors on it: :func:`retrieval.evaluate.untrained_rows`) and the
     IVF/HNSW recall@10 against exact search on the evaluation's queries.
 
     ``segmenter`` is not used for ranking (the BM25 row tokenizes with the segmenter recorded in the version);
@@ -246,13 +247,14 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
     version = r.manifest["version"]
     queries = read_queries(clean_dir)
     rows = version_rows(r, queries, cfg)
-    untrained = untrained_row(r, index_root, queries, cfg)
-    rows.insert(1, untrained) if untrained else None
+    untrained = untrained_rows(r, index_root, queries, cfg)
+    rows[1:1] = untrained
     table = pd.DataFrame(rows)
     extra = ann_recalls(r, queries)
     if r.manifest.get("fusion"):
         extra["fusion_w_dense"] = r.manifest["fusion"]["w_dense"]
-    extra["untrained_skipped"] = untrained is None
+    extra["untrained_skipped"] = not untrained
+    extra["untrained_sampled"] = any(row["system"].endswith("@sample") for row in untrained)
     write_table(table, out_dir, name="retrieval_eval", config={"segmenter": segmenter, **asdict(cfg)},
                 code_version=EVALUATE.code_version(), inputs={"index": f"{version}:{r.manifest['model_id']}"},
                 stats={**extra, "queries": int(len(queries)), "index_version": version})

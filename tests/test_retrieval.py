@@ -198,8 +198,34 @@ def test_evaluation_reads_the_version_and_skips_untrained_above_its_size(tmp_pat
     small = evaluate_stage(clean, tmp_path / "index", tmp_path / "eval2", tokenizer=tok,
                            cfg=EvalConfig(untrained_max_chunks=s["chunks"] - 1))
     assert "untrained" not in {r["system"] for r in small["table"]} and small["untrained_skipped"]
+    # above the cap, a document sample: the untrained row and the version's own vectors over the same sample
+    half = s["chunks"] // 2
+    sampled = evaluate_stage(clean, tmp_path / "index", tmp_path / "eval3", tokenizer=tok,
+                             cfg=EvalConfig(untrained_max_chunks=s["chunks"] - 1, untrained_sample_chunks=half))
+    st = pd.DataFrame(sampled["table"]).set_index("system")
+    assert list(st.index) == ["policybert", "untrained@sample", "policybert@sample", "bm25-hanlp", "hybrid"]
+    assert sampled["untrained_sampled"] and not sampled["untrained_skipped"]
+    n_sample = st.loc["untrained@sample", "queries"]
+    assert 0 < n_sample < 16 and st.loc["policybert@sample", "queries"] == n_sample
     with pytest.raises(ValueError):
         EvalConfig(untrained_max_chunks=-1)
+    with pytest.raises(ValueError):
+        EvalConfig(untrained_sample_chunks=-1)
+
+
+def test_sample_rows_keeps_whole_documents_under_the_cap():
+    from retrieval.evaluate import sample_rows
+
+    chunks = pd.DataFrame({"doc_id": ["a"] * 3 + ["b"] * 2 + ["c"] * 4 + ["d"]})
+    queries = pd.DataFrame({"query": ["qa", "qb", "qc"], "doc_id": ["a", "b", "c"]})  # d has no query
+    for seed in range(5):
+        rows = sample_rows(chunks, queries, 5, seed)
+        docs = chunks["doc_id"].to_numpy()[rows]
+        assert len(rows) <= 5 and "d" not in docs
+        for d in set(docs):  # whole documents only
+            assert (docs == d).sum() == (chunks["doc_id"] == d).sum()
+        assert list(rows) == sorted(rows)
+    assert len(sample_rows(chunks, queries, 0, 0)) == 0
 
 
 def _publish(root, n, model):
