@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import unicodedata
 from collections import OrderedDict
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -37,6 +39,23 @@ from retrieval.sparse import bm25_scores
 
 class AnswerInputError(ValueError):
     """A question the stage refuses as given (empty, too long, no letters or digits, bad ``k``)."""
+
+
+# The scope of the request being answered in this context (``(filters, infer_scope)``), for callers that reach
+# :meth:`Answerer.answer` through a wrapper passing only ``(question, k)`` (the answer page's slots, the
+# service's metrics wrapper): :func:`request_scope` sets it around the call.
+_REQUEST_SCOPE: ContextVar[tuple | None] = ContextVar("answer_request_scope", default=None)
+
+
+@contextmanager
+def request_scope(filters: dict | None, infer_scope: bool = True):
+    """Within the block, :meth:`Answerer.answer` called without its own ``filters`` / ``infer_scope`` answers
+    scoped by ``filters`` (:mod:`policy.scoped`), the places the question names inferred when ``infer_scope``."""
+    token = _REQUEST_SCOPE.set((dict(filters or {}), bool(infer_scope)))
+    try:
+        yield
+    finally:
+        _REQUEST_SCOPE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -143,18 +162,19 @@ def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, ca
     return cache.get(group.doc_id, text, title, backend.tokenize)
 
 
-def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None) -> list[DocHits]:
+def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None, docs: set[str] | None = None) -> list[DocHits]:
     """The search's hits for the question ``q`` (its tokens given to the search's BM25 side) grouped by document
     (:func:`group_hits`), ``extra_doc`` added after them when missing. The search checks the question once more
     (``retrieval.query.check_query``, as every search call does: ``QueryError``)."""
-    groups = group_hits(backend.search(q.text, cfg.search_k, tokens=q.tokens), cfg.max_docs)
+    scoped = {} if docs is None else {"docs": docs}  # a scoped search (policy.scoped): the allowed doc ids
+    groups = group_hits(backend.search(q.text, cfg.search_k, tokens=q.tokens, **scoped), cfg.max_docs)
     if extra_doc is not None and all(g.doc_id != extra_doc for g in groups):
         groups.append(DocHits(extra_doc, [], cfg.search_k, extra=True))
     return groups
 
 
 def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None,
-            cache=None, reranker=None) -> Prepared:
+            cache=None, reranker=None, docs: set[str] | None = None) -> Prepared:
     """Retrieve, group, split and featurise one question, checked by the caller (:func:`check_question`:
     :meth:`Answerer.answer`; fitting passes its question set's questions stripped and lets the search refuse a
     bad one). The question is segmented once, here (:class:`~answers.features.Question`), and its tokens
@@ -163,9 +183,10 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     :class:`~answers.doc_cache.DocumentCache` for the question-free part of each document (features are the
     same with or without it). ``reranker``: the version's answer cross-encoder (``backend.answer_reranker``)
     when the scorer reads its sentence scores: the span matrix then ends with
-    :data:`answers.rerank_features.CE_FEATURES` (the focus sentences of :func:`focus_sentences` scored)."""
+    :data:`answers.rerank_features.CE_FEATURES` (the focus sentences of :func:`focus_sentences` scored).
+    ``docs``: the doc ids a scoped search may return (:func:`policy.scoped.scoped_docs`); None: all."""
     q = Question.of(question, backend.tokenize)
-    groups = _groups(q, backend, cfg, extra_doc)
+    groups = _groups(q, backend, cfg, extra_doc, docs)
     texts = [_text_of(g.doc_id, store) for g in groups]
     entries = [_entry(g, text, meta.get("title") or "", backend, cfg, cache) for g, (text, meta) in zip(groups, texts)]
     bm = bm25_scores(list(q.tokens), [c for e in entries for c in e.sent_counts],
@@ -305,14 +326,20 @@ class Answerer:
         backend = self.backend()
         return backend.doc_cache.warm(backend.store, backend.tokenize, self.cfg.max_doc_chars)
 
-    def answer(self, question: str, k: int = 3) -> dict:
+    def answer(self, question: str, k: int = 3, filters: dict | None = None, infer_scope: bool | None = None) -> dict:
         """Answers to ``question`` from the serving version's searcher, rerankers and reader
         (:meth:`~answers.backend.SearchBackend.reader`), as JSON (:func:`answers.render.result_json`):
         ``{question, answers (best first, :meth:`answers.render.Answer.to_json`), found (top score >=
         threshold), threshold, version, encoder, seconds}``.
 
+        ``filters`` (``region``, ``level``, ``issuer``, ``from``, ``to``, ``in_force``) and ``infer_scope`` (the
+        places the question names scope it when no ``region`` is given) scope the search over the version's
+        policy records (:mod:`policy.scoped`); the result then has ``scope`` (its fields and ``label``). Neither
+        given: the request's (:func:`request_scope`), else unscoped.
+
         Raises:
-            AnswerInputError: bad question or ``k`` (see :func:`check_question`).
+            AnswerInputError: bad question or ``k`` (see :func:`check_question`), a bad filter, filters on a
+                version without policy records.
             retrieval.bundle.IndexMissingError: no index published.
             answers.scorer.ScorerMissingError: the serving version has no answer scorer.
         """
@@ -323,8 +350,33 @@ class Answerer:
         t = time.perf_counter()
         q = check_question(question, k, self.cfg)
         backend = self.backend()
+        if filters is None and infer_scope is None and _REQUEST_SCOPE.get() is not None:
+            filters, infer_scope = _REQUEST_SCOPE.get()
+        scope, docs = _scope(backend, q, filters, bool(infer_scope))
         reader = backend.reader(self.scorer_override)
-        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker)
+        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker,
+                       docs=docs)
         answers = reader.read(q, prep, k, self.cfg.passage_chars)
-        return result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
-                           backend.version, backend.encoder_name, time.perf_counter() - t)
+        res = result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
+                          backend.version, backend.encoder_name, time.perf_counter() - t)
+        return res if scope is None else {**res, "scope": scope}
+
+
+def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[dict | None, set[str] | None]:
+    """``(scope payload, allowed doc ids)`` of one request (``(None, None)``: unscoped, no filters asked).
+
+    Raises:
+        AnswerInputError: a bad filter, or filters on a version without policy records (the message says which).
+    """
+    if not filters and not infer:
+        return None, None
+    from policy.scoped import request_scope as scope_of, scope_payload, scoped_docs
+    from retrieval.parts import PartError
+
+    try:
+        scope, docs = scoped_docs(backend.bundle, scope_of(question, filters or {}, infer=infer))
+    except PartError:
+        raise
+    except ValueError as exc:
+        raise AnswerInputError(str(exc)) from None
+    return scope_payload(scope), docs

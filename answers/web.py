@@ -2,7 +2,9 @@
 
 ``GET /`` shows the question box (``?q=…&k=…`` answers too), ``POST /ask`` takes the form body
 (``application/x-www-form-urlencoded``, decoded strictly as UTF-8), ``GET /api/answer?q=…&k=…`` returns the
-JSON of :meth:`answers.answer.Answerer.answer`; ``GET /related?doc_id=…&k=10`` (or ``?external_id=…``) the
+JSON of :meth:`answers.answer.Answerer.answer` (scoped by ``region``, ``level``, ``issuer``, ``from``, ``to``,
+``in_force`` and, unless ``infer_scope=0``, the places the question names: its ``scope`` field holds the
+scope and its ``label``, :func:`scope_params`; a bad filter is a 400); ``GET /related?doc_id=…&k=10`` (or ``?external_id=…``) the
 related policies of a document of the serving version (SPEC §12, :mod:`answers.related_view`: 400 for a bad
 ``k`` or id, 404 with the reason when the version has no ``related`` part). The answer is shown highlighted in
 its passage with its source link and, beside each source, its top 5 related policies (server-rendered, so the
@@ -266,12 +268,18 @@ class _Pages:
         body = f'<p class="error" id="error">{html.escape(message)}</p>'
         return self.html(body, status, q, footer=None if status < 500 else "", headers=headers)
 
-    def answer(self, q, k: int) -> dict | None:
-        """``answerer.answer(q, k)`` in one of the answering slots; None when none came free in time."""
+    def answer(self, q, k: int, filters: dict | None = None, infer_scope: bool = False) -> dict | None:
+        """``answerer.answer(q, k)`` in one of the answering slots, scoped by ``filters`` / ``infer_scope``
+        (:func:`answers.answer.request_scope`) when given; None when no slot came free in time."""
         if not self.slots.acquire(timeout=self.limits.queue_wait_s):
             return None
         try:
-            return self.answerer.answer(q, k)
+            if not filters and not infer_scope:
+                return self.answerer.answer(q, k)
+            from answers.answer import request_scope
+
+            with request_scope(filters, infer_scope):
+                return self.answerer.answer(q, k)
         finally:
             self.slots.release()
 
@@ -286,11 +294,13 @@ class _Pages:
             return self.error(503, self.busy, q, {"Retry-After": "5"})
         return self.html(render_result(r, self.related_of(r)), q=r["question"], k=k, footer=self.footer(r))
 
-    def respond_json(self, q: str, k_text):
+    def respond_json(self, q: str, k_text, params=None):
         from fastapi.responses import JSONResponse
 
         try:
-            r = self.answer(q, parse_k(k_text))
+            k = parse_k(k_text)
+            filters, infer = scope_params(params)
+            r = self.answer(q, k, filters, infer)
         except AnswerInputError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         if r is None:
@@ -311,6 +321,27 @@ class _Pages:
                                  "ref": ref}, status_code=status, headers=SECURITY_HEADERS)
         message = "索引暂不可用" if status == 503 else "服务器内部错误"
         return self.html(f'<p class="error" id="error">{message}（编号 {ref}）。</p>', status, footer="")
+
+
+def scope_params(params) -> tuple[dict, bool]:
+    """``(filters, infer_scope)`` of an answer request's query parameters: the filter fields (``region``,
+    ``level``, ``issuer``, ``from``, ``to``, ``in_force``; :mod:`policy.scoped`) and ``infer_scope`` (default on:
+    the places the question names scope it when no ``region`` is given; ``0`` / ``false`` / ``no`` turns it off).
+
+    Raises:
+        AnswerInputError: a bad filter (the message names the field).
+    """
+    from policy.scoped import filters_of
+    from retrieval.scope import parse_filters
+
+    params = dict(params or {})
+    filters = filters_of(params)
+    try:
+        parse_filters(filters)
+    except ValueError as exc:
+        raise AnswerInputError(str(exc)) from None
+    infer = str(params.get("infer_scope", "1")).strip().lower() not in ("0", "false", "no", "off")
+    return filters, infer
 
 
 def create_app(answerer, limits: Limits = Limits(), related=None):
@@ -345,8 +376,8 @@ def create_app(answerer, limits: Limits = Limits(), related=None):
         return await run_in_threadpool(pages.respond, q, k)
 
     @app.get("/api/answer")
-    def api(q: str = "", k: str = "3"):
-        return pages.respond_json(q, k)
+    def api(request: Request, q: str = "", k: str = "3"):
+        return pages.respond_json(q, k, request.query_params)
 
     @app.get("/related")
     @app.get("/api/related")

@@ -2,12 +2,21 @@
 
     python -m flows.ask "什么是数据基础制度体系？" --data-dir data [-k 3] [--json]
     python -m flows.ask --questions FILE.jsonl --data-dir data --json
+    python -m flows.ask "数据条例对公共数据开放有何规定？" --data-dir data --region 浙江省 [--level L] [--issuer I]
+        [--from D] [--to D] [--in-force] [--no-infer-scope]
 
 One question prints a readable answer (the span, its score, its source and passage, the other documents'
 answers) or with ``--json`` one JSON object. ``--questions`` answers every line's ``question`` in one process
 and prints one JSON line per input line, in order, echoing its ``qid``; a line that cannot be answered (not
 JSON, no question, a bad question) gets ``error`` instead of ``answers``. A bad question or ``-k`` on the
 command line is one ``error:`` line and exit 2, before anything loads; so is a missing index or scorer.
+
+Scoped answers (SPEC §7 search filters, :mod:`policy.scoped`): the filter flags of ``flows.search``
+(``--region --level --issuer --from --to --in-force``) restrict the documents answers come from, over the
+serving version's policy records; without ``--region`` the places the question names scope it unless
+``--no-infer-scope``. A scoped result has ``scope`` (its fields and ``label``, e.g. ``范围：浙江省 + 国家``),
+shown first in the readable rendering. In ``--questions`` a line's own filter fields (``region``, ``level``,
+``issuer``, ``from``, ``to``, ``in_force``) replace the command line's; a bad one is that line's ``error``.
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ FIELDS = ("text", "score", "doc_id", "external_id", "title", "url", "source", "p
 
 def _public(result: dict) -> dict:
     return {**{k: result[k] for k in ("question", "found", "threshold", "version", "encoder")},
+            **({"scope": result["scope"]} if "scope" in result else {}),
             "answers": [{k: a.get(k) for k in FIELDS} for a in result["answers"]]}
 
 
@@ -38,12 +48,13 @@ def format_result(r: dict) -> str:
     return result_text(r)
 
 
-def _batch(answerer, path: str, k: int) -> int:
+def _batch(answerer, path: str, k: int, filters: dict | None = None, infer_scope: bool = False) -> int:
     """Answer every line of the JSON Lines file ``path``; one JSON line out per line in, in order. A line that
     cannot be answered gets ``error``: not UTF-8, not JSON (also nested too deep for the parser), not an
     object, a question that is not valid Unicode text (a lone surrogate from a ``\\ud800`` escape) or that the
     answerer refuses. A UTF-8 byte order mark before the first line is the file's, not the question's."""
     from answers.answer import AnswerInputError
+    from policy.scoped import filters_of
 
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):
@@ -58,7 +69,8 @@ def _batch(answerer, path: str, k: int) -> int:
                 question = rec.get("question")
                 if isinstance(question, str) and _plain_text(question) is None:
                     raise ValueError("the question is not valid Unicode text (a lone surrogate)")
-                res = answerer.answer(question, k)
+                res = answerer.answer(question, k, filters={**(filters or {}), **filters_of(rec)},
+                                      infer_scope=infer_scope)
                 out.update(_public(res))
             except UnicodeDecodeError:
                 out["error"] = "line is not valid UTF-8"
@@ -99,7 +111,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("-k", type=int, default=3, help="answers (from distinct documents) to return")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--region", help="places (names or division codes, comma-separated)")
+    ap.add_argument("--level", help="document levels (文件层级, comma-separated)")
+    ap.add_argument("--issuer", help="issuer substrings (comma-separated)")
+    ap.add_argument("--from", help="earliest date (YYYY or YYYY-MM-DD)")
+    ap.add_argument("--to", help="latest date (YYYY or YYYY-MM-DD)")
+    ap.add_argument("--in-force", action="store_true", help="only documents known to be in force (有效)")
+    ap.add_argument("--no-infer-scope", action="store_true", help="do not scope by the places the question names")
     args = ap.parse_args(argv)
+    from flows.search import _filters
+
+    filters = _filters(args)
     from answers.answer import AnswerConfig, AnswerInputError, check_question
 
     cfg = AnswerConfig()
@@ -113,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             check_question("?1", args.k, cfg)
             if not Path(args.questions).is_file():
                 raise AnswerInputError(f"{args.questions} not found")
-    except AnswerInputError as exc:
+        from retrieval.scope import parse_filters
+
+        parse_filters(filters)
+    except (AnswerInputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     from transformers.utils import logging as hf_logging
@@ -130,13 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         answerer = Answerer(args.data_dir, cfg=cfg)
         answerer.check()  # a missing or refused part of the serving version: one error before any question
         if args.questions:
-            return _batch(answerer, args.questions, args.k)
-        res = answerer.answer(args.question, args.k)
+            return _batch(answerer, args.questions, args.k, filters, not args.no_infer_scope)
+        res = answerer.answer(args.question, args.k, filters=filters, infer_scope=not args.no_infer_scope)
     except (ScorerMissingError, IndexMissingError, PartError, EncoderMismatchError, FileNotFoundError,
             ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(_public(res), ensure_ascii=False, default=str) if args.json else format_result(res))
+    if args.json:
+        print(json.dumps(_public(res), ensure_ascii=False, default=str))
+    else:
+        shown = res.get("scope") and res["scope"]["label"] != "范围：不限"
+        print((res["scope"]["label"] + "\n" if shown else "") + format_result(res))
     return 0
 
 

@@ -167,3 +167,46 @@ def test_a_version_without_the_part_searches_unscoped_and_refuses_filters(tmp_pa
     assert code == 0 and json.loads(out)["hits"] and json.loads(out)["scope"]["label"] == "范围：不限"
     code, out, err = run_search(capsys, "公共数据条例", "--data-dir", str(d), "--region", "浙江省")
     assert code == 2 and "policy_records" in err and err.startswith("error:")
+
+
+@pytest.mark.slow
+def test_answers_flows_ask_and_the_api_take_the_same_filters(data, tmp_path, capsys):
+    """Answers (Answerer, flows.ask's batch, GET /api/answer) scoped the same way, the scope in the result."""
+    from fastapi.testclient import TestClient
+
+    from answers.answer import AnswerInputError, Answerer
+    from answers.scorer import parse_scorer
+    from answers.web import create_app
+    from flows.ask import _batch
+    from retrieval.sparse import make_tokenizer
+    from tests.answer_builders import scorer_file
+
+    tok = make_tokenizer("auto")
+    scorer = parse_scorer(scorer_file(tmp_path, tok).read_text(encoding="utf-8"), "test scorer")
+    answerer = Answerer(data, scorer=scorer, tokenizer=tok)
+    res = answerer.answer("公共数据条例对公共数据开放有何规定？", 5, filters={"region": "浙江省"})
+    assert res["answers"] and {a["doc_id"] for a in res["answers"]} <= {"zj0", "zj1", "cn0"}
+    assert res["scope"]["label"].startswith("范围：浙江省") and res["scope"]["inferred"] is False
+    inferred = answerer.answer("江苏省公共数据条例对公共数据开放有何规定？", 5, infer_scope=True)
+    assert inferred["scope"]["inferred"] and not {a["doc_id"] for a in inferred["answers"]} & {"zj0", "zj1"}
+    assert "scope" not in answerer.answer("公共数据条例对公共数据开放有何规定？", 5)  # the library's default
+    with pytest.raises(AnswerInputError, match="region"):
+        answerer.answer("公共数据条例？", 3, filters={"region": "火星省"})
+
+    qs = tmp_path / "ask.jsonl"
+    qs.write_text(json.dumps({"qid": "x", "question": "公共数据条例有何规定？", "region": "江苏省"}, ensure_ascii=False)
+                  + "\n" + json.dumps({"qid": "y", "question": "公共数据条例？", "to": "never"}) + "\n", encoding="utf-8")
+    assert _batch(answerer, str(qs), 3, {}, True) == 0
+    x, y = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert x["scope"]["label"].startswith("范围：江苏省") and {a["doc_id"] for a in x["answers"]} <= {"js0", "js1", "cn0"}
+    assert y["qid"] == "y" and "to" in y["error"]
+
+    client = TestClient(create_app(answerer))
+    r = client.get("/api/answer", params={"q": "公共数据条例有何规定？", "region": "浙江省", "k": "3"})
+    assert r.status_code == 200 and r.json()["scope"]["label"].startswith("范围：浙江省")
+    assert {a["doc_id"] for a in r.json()["answers"]} <= {"zj0", "zj1", "cn0"}
+    r = client.get("/api/answer", params={"q": "浙江省公共数据条例有何规定？", "infer_scope": "0"})
+    assert r.status_code == 200 and "scope" not in r.json()
+    for bad in ({"region": "火星省"}, {"issuer": "x" * 10_000}, {"from": "2022-13-45"}):
+        r = client.get("/api/answer", params={"q": "公共数据条例有何规定？", **bad})
+        assert r.status_code == 400 and next(iter(bad)) in r.json()["error"], bad
