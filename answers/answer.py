@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import unicodedata
 from collections import OrderedDict
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -39,23 +37,6 @@ from retrieval.sparse import bm25_scores
 
 class AnswerInputError(ValueError):
     """A question the stage refuses as given (empty, too long, no letters or digits, bad ``k``)."""
-
-
-# The scope of the request being answered in this context (``(filters, infer_scope)``), for callers that reach
-# :meth:`Answerer.answer` through a wrapper passing only ``(question, k)`` (the answer page's slots, the
-# service's metrics wrapper): :func:`request_scope` sets it around the call.
-_REQUEST_SCOPE: ContextVar[tuple | None] = ContextVar("answer_request_scope", default=None)
-
-
-@contextmanager
-def request_scope(filters: dict | None, infer_scope: bool = True):
-    """Within the block, :meth:`Answerer.answer` called without its own ``filters`` / ``infer_scope`` answers
-    scoped by ``filters`` (:mod:`policy.scoped`), the places the question names inferred when ``infer_scope``."""
-    token = _REQUEST_SCOPE.set((dict(filters or {}), bool(infer_scope)))
-    try:
-        yield
-    finally:
-        _REQUEST_SCOPE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -335,7 +316,7 @@ class Answerer:
         ``filters`` (``region``, ``level``, ``issuer``, ``from``, ``to``, ``in_force``) and ``infer_scope`` (the
         places the question names scope it when no ``region`` is given) scope the search over the version's
         policy records (:mod:`policy.scoped`); the result then has ``scope`` (its fields and ``label``). Neither
-        given: the request's (:func:`request_scope`), else unscoped.
+        given: unscoped.
 
         Raises:
             AnswerInputError: bad question or ``k`` (see :func:`check_question`), a bad filter, filters on a
@@ -350,8 +331,6 @@ class Answerer:
         t = time.perf_counter()
         q = check_question(question, k, self.cfg)
         backend = self.backend()
-        if filters is None and infer_scope is None and _REQUEST_SCOPE.get() is not None:
-            filters, infer_scope = _REQUEST_SCOPE.get()
         scope, docs = _scope(backend, q, filters, bool(infer_scope))
         reader = backend.reader(self.scorer_override)
         prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker,

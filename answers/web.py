@@ -270,16 +270,13 @@ class _Pages:
 
     def answer(self, q, k: int, filters: dict | None = None, infer_scope: bool = False) -> dict | None:
         """``answerer.answer(q, k)`` in one of the answering slots, scoped by ``filters`` / ``infer_scope``
-        (:func:`answers.answer.request_scope`) when given; None when no slot came free in time."""
+        (:meth:`answers.answer.Answerer.answer`) when given; None when no slot came free in time."""
         if not self.slots.acquire(timeout=self.limits.queue_wait_s):
             return None
         try:
             if not filters and not infer_scope:
                 return self.answerer.answer(q, k)
-            from answers.answer import request_scope
-
-            with request_scope(filters, infer_scope):
-                return self.answerer.answer(q, k)
+            return self.answerer.answer(q, k, filters=filters, infer_scope=infer_scope)
         finally:
             self.slots.release()
 

@@ -81,7 +81,8 @@ class CountingAnswerer:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def answer(self, question, k: int = 3) -> dict:
-        r = self.inner.answer(question, k)
+    def answer(self, question, k: int = 3, **scope) -> dict:
+        """The inner answerer's answer (``scope``: its ``filters`` / ``infer_scope``), counted."""
+        r = self.inner.answer(question, k, **scope)
         self.metrics.observe_answer(r)
         return r
