@@ -13,10 +13,12 @@ keeps its own small tasks (not cached: it looks at the web). Retries only on GPU
 from __future__ import annotations
 
 import inspect
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from prefect import task
+from prefect import get_run_logger, task
+from prefect.exceptions import MissingContextError
 
 from corpus import stages as text
 from crawler import stages as crawler_stages
@@ -26,6 +28,7 @@ from retrieval.retrievers import query_index
 from storage import layout as L
 from storage.binding import bind, stage_function
 from storage.contracts import Registry, Stage
+from storage.memory import release_memory, reset_peak, rss
 from storage.mapped import absolute_records, carried_record, part_file, parts_dir, prune_parts, record_list
 from tasks.artifacts import publish
 from tasks.caching import current_key, jsonable, stage_task
@@ -54,9 +57,28 @@ def _hooks(stage: Stage, data_dir: str, params: Mapping[str, Any]) -> dict[str, 
 def run_stage(stage: Stage, fn: Callable, data_dir: str, params: dict, part: Path | None = None) -> Any:
     """Call ``fn`` with its arguments bound from the contract (``part``: a part file, see :func:`bind`), publish
     the stage's artifacts; returns the result (its ``keep`` keys)."""
-    out = fn(**bind(stage, fn, data_dir, params, _hooks(stage, data_dir, params), part))
+    reset_peak()
+    try:
+        out = fn(**bind(stage, fn, data_dir, params, _hooks(stage, data_dir, params), part))
+    finally:
+        _log_memory(stage.name)
     publish(stage.name, out, stage.write_paths(data_dir, params))
     return {k: out[k] for k in stage.keep} if stage.keep else out
+
+
+def _log_memory(name: str) -> None:
+    """Hand the stage's freed memory back (:func:`storage.memory.release_memory`) and log the process's peak
+    resident set during the stage and what is left after (MiB; with two stages at once the peak is shared)."""
+    seen = rss()
+    release_memory()
+    left = rss()
+    if seen is None or left is None:
+        return
+    try:
+        log = get_run_logger()
+    except MissingContextError:  # called outside a flow or task run (a notebook, a test)
+        log = logging.getLogger(__name__)
+    log.info(f"memory: {name} peak RSS {seen.peak} MiB, {left.now} MiB after release")
 
 
 def run_mapped(stage: Stage, fn: Callable, data_dir: str, params: dict) -> Any:
