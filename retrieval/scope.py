@@ -249,4 +249,17 @@ def allowed_docs(scope: Scope, records: Iterable, divisions: Mapping[str, D.Divi
     if scope.empty:
         return None
     divs = divisions or D.load_divisions()
-    return {str(_get(r, "doc_id")) for r in records if record_in_scope(scope, r, divs, keep_unknown_place)}
+    places: dict = {}  # the place test once per distinct jurisdiction code (a corpus has few), not per record
+    rest = Scope(levels=scope.levels, issuers=scope.issuers, date_from=scope.date_from, date_to=scope.date_to,
+                 in_force=scope.in_force)
+    out = set()
+    for r in records:
+        code = _get(r, "jurisdiction_code")
+        if scope.places:
+            if code not in places:
+                places[code] = _place_ok(scope, code, divs, keep_unknown_place)
+            if not places[code]:
+                continue
+        if rest.empty or record_in_scope(rest, r, divs):
+            out.add(str(_get(r, "doc_id")))
+    return out
