@@ -101,7 +101,8 @@ def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any],
          hooks: Mapping[str, Callable[[], Any]] | None = None, part: Path | None = None) -> dict:
     """Keyword arguments of ``fn`` for one run, every one by name: the sources ``stage.args`` names
     (:func:`binding_sources`; ``part``: the part file of a ``part_file`` stage), the task parameters ``fn``
-    names (dataclasses as dicts where ``fn`` takes a dict) and, for a parameter named in ``hooks`` that nothing
+    names (dataclasses as dicts where ``fn`` takes a dict; when ``fn`` takes ``**kwargs``, also every declared
+    input and input file of ``stage`` given in ``params``) and, for a parameter named in ``hooks`` that nothing
     else binds, ``hooks[name]()`` (callbacks: progress, per-worker loading; left to the function's default
     without one). The order of the declared reads and writes never matters (SPEC §1).
 
@@ -120,6 +121,12 @@ def bind(stage: Stage, fn: Callable, data_dir: str, params: Mapping[str, Any],
         if name in kwargs or name not in params:
             continue
         kwargs[name] = jsonable(params[name]) if p.annotation in (dict, "dict") else params[name]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        # a function taking **kwargs gets the stage's declared inputs given to the task by name (the index
+        # stage: each serving part's setting, retrieval.serving_parts.index_inputs)
+        for name in dict.fromkeys((*stage.inputs, *stage.files)):
+            if name in params and name not in kwargs:
+                kwargs[name] = params[name]
     for name in set(hooks) & set(sig.parameters) - set(kwargs):
         kwargs[name] = hooks[name]()
     return kwargs

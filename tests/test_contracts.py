@@ -223,6 +223,21 @@ def test_paths_bind_by_name_whatever_the_order_of_the_declared_reads(tmp_path):
     assert bind(ab, _two_tables, str(tmp_path), {"cfg": 3}) == bind(ba, _two_tables, str(tmp_path), {"cfg": 3}) == want
 
 
+def test_a_function_taking_kwargs_gets_the_declared_inputs(tmp_path):
+    """The index stage's function takes each serving part's setting through ``**part_inputs``: every declared
+    input given to the task reaches it (they were once dropped, and versions were published without their
+    answer scorer); a task parameter that is no declared input does not."""
+    from storage.binding import bind
+    from retrieval.contracts import INDEX
+    from storage.binding import stage_function
+
+    params = {"answer_scorer": "/x/scorer.json", "related_corpus": "/x/corpus.jsonl.gz", "cfg": {},
+              "unrelated": 1}
+    kwargs = bind(INDEX, stage_function(INDEX), str(tmp_path), params)
+    assert kwargs["answer_scorer"] == "/x/scorer.json" and kwargs["related_corpus"] == "/x/corpus.jsonl.gz"
+    assert "unrelated" not in kwargs and "reranker" not in kwargs
+
+
 @pytest.mark.parametrize("reads, args, message", [
     (("a", "b"), {"first_dir": "a", "out_dir": "out"}, "stage s: declared read 'b' is bound to no parameter"),
     (("a",), {"first_dir": "a", "out_dir": "out"}, "stage s: parameter 'second_dir' of .* gets no declared path"),
