@@ -15,23 +15,16 @@ from storage.layout import PREFECT_HOME
 MARK = "POLICYBERT_PREFECT_ENV"
 STARTUP_TIMEOUT = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 DEFAULT_STARTUP_TIMEOUT_S = 120  # prefect's own default, 20 s, is too short on a loaded 2-core machine
-# glibc gives every thread that allocates its own heap arena (up to 8 per core); the flow's stage threads and
-# torch's worker threads then each keep the freed pages of their peak. Two arenas bound that (a value already in
-# the environment wins); glibc reads it at start, hence here, before the re-exec.
-ARENAS = "MALLOC_ARENA_MAX"
-DEFAULT_ARENAS = "2"
 
 
 def prefect_env(data_dir: str | os.PathLike) -> dict[str, str]:
     """Variables that keep Prefect's home, SQLite database and task results under ``data_dir/.prefect``,
-    give the temporary API server ``DEFAULT_STARTUP_TIMEOUT_S`` seconds to start (a value of
-    ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` already in the environment wins), and cap glibc's
-    heap arenas at ``DEFAULT_ARENAS`` (``MALLOC_ARENA_MAX``; a value already set wins)."""
+    and give the temporary API server ``DEFAULT_STARTUP_TIMEOUT_S`` seconds to start (a value of
+    ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS`` already in the environment wins)."""
     home = Path(data_dir).resolve() / PREFECT_HOME
     return {
         "PREFECT_HOME": str(home),
         STARTUP_TIMEOUT: os.environ.get(STARTUP_TIMEOUT, str(DEFAULT_STARTUP_TIMEOUT_S)),
-        ARENAS: os.environ.get(ARENAS, DEFAULT_ARENAS),
         "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LOG_PRINTS": "true",
