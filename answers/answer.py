@@ -147,7 +147,7 @@ def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None, docs
     """The search's hits for the question ``q`` (its tokens given to the search's BM25 side) grouped by document
     (:func:`group_hits`), ``extra_doc`` added after them when missing. The search checks the question once more
     (``retrieval.query.check_query``, as every search call does: ``QueryError``)."""
-    scoped = {} if docs is None else {"docs": docs}  # a scoped search (policy.scoped): the allowed doc ids
+    scoped = {} if docs is None else {"docs": docs}  # a scoped search (retrieval.scoped): the allowed doc ids
     groups = group_hits(backend.search(q.text, cfg.search_k, tokens=q.tokens, **scoped), cfg.max_docs)
     if extra_doc is not None and all(g.doc_id != extra_doc for g in groups):
         groups.append(DocHits(extra_doc, [], cfg.search_k, extra=True))
@@ -165,7 +165,7 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     same with or without it). ``reranker``: the version's answer cross-encoder (``backend.answer_reranker``)
     when the scorer reads its sentence scores: the span matrix then ends with
     :data:`answers.rerank_features.CE_FEATURES` (the focus sentences of :func:`focus_sentences` scored).
-    ``docs``: the doc ids a scoped search may return (:func:`policy.scoped.scoped_docs`); None: all."""
+    ``docs``: the doc ids a scoped search may return (:func:`retrieval.scoped.scoped_docs`); None: all."""
     q = Question.of(question, backend.tokenize)
     groups = _groups(q, backend, cfg, extra_doc, docs)
     texts = [_text_of(g.doc_id, store) for g in groups]
@@ -315,7 +315,7 @@ class Answerer:
 
         ``filters`` (``region``, ``level``, ``issuer``, ``from``, ``to``, ``in_force``) and ``infer_scope`` (the
         places the question names scope it when no ``region`` is given) scope the search over the version's
-        policy records (:mod:`policy.scoped`); the result then has ``scope`` (its fields and ``label``). Neither
+        policy records (:mod:`retrieval.scoped`); the result then has ``scope`` (its fields and ``label``). Neither
         given: unscoped.
 
         Raises:
@@ -349,7 +349,7 @@ def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[d
     """
     if not filters and not infer:
         return None, None
-    from policy.scoped import request_scope as scope_of, scope_payload, scoped_docs
+    from retrieval.scoped import request_scope as scope_of, scope_payload, scoped_docs
     from retrieval.parts import PartError
 
     try:

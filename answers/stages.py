@@ -65,7 +65,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     then not installed from its file; the others are installed from their files (``answer_reranker`` before
     the scorer's fit, which then reads its sentence scores). The result's ``serving_parts.<name>`` holds each
     part's record (a fit's figures). ``policy_dir``: the data dir's ``policy_records`` table the policy records
-    part is fitted from (:func:`policy.parts.records_fit`; missing: computed from ``clean_dir``).
+    part is fitted from (:func:`retrieval.policy_records.records_fit`; missing: computed from ``clean_dir``).
 
     Raises:
         TypeError: an input no declared part reads.

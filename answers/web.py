@@ -322,13 +322,13 @@ class _Pages:
 
 def scope_params(params) -> tuple[dict, bool]:
     """``(filters, infer_scope)`` of an answer request's query parameters: the filter fields (``region``,
-    ``level``, ``issuer``, ``from``, ``to``, ``in_force``; :mod:`policy.scoped`) and ``infer_scope`` (default on:
+    ``level``, ``issuer``, ``from``, ``to``, ``in_force``; :mod:`retrieval.scoped`) and ``infer_scope`` (default on:
     the places the question names scope it when no ``region`` is given; ``0`` / ``false`` / ``no`` turns it off).
 
     Raises:
         AnswerInputError: a bad filter (the message names the field).
     """
-    from policy.scoped import filters_of
+    from retrieval.scoped import filters_of
     from retrieval.scope import parse_filters
 
     params = dict(params or {})

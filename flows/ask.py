@@ -11,7 +11,7 @@ and prints one JSON line per input line, in order, echoing its ``qid``; a line t
 JSON, no question, a bad question) gets ``error`` instead of ``answers``. A bad question or ``-k`` on the
 command line is one ``error:`` line and exit 2, before anything loads; so is a missing index or scorer.
 
-Scoped answers (SPEC §7 search filters, :mod:`policy.scoped`): the filter flags of ``flows.search``
+Scoped answers (SPEC §7 search filters, :mod:`retrieval.scoped`): the filter flags of ``flows.search``
 (``--region --level --issuer --from --to --in-force``) restrict the documents answers come from, over the
 serving version's policy records; without ``--region`` the places the question names scope it unless
 ``--no-infer-scope``. A scoped result has ``scope`` (its fields and ``label``, e.g. ``范围：浙江省 + 国家``),
@@ -54,7 +54,7 @@ def _batch(answerer, path: str, k: int, filters: dict | None = None, infer_scope
     object, a question that is not valid Unicode text (a lone surrogate from a ``\\ud800`` escape) or that the
     answerer refuses. A UTF-8 byte order mark before the first line is the file's, not the question's."""
     from answers.answer import AnswerInputError
-    from policy.scoped import filters_of
+    from retrieval.scoped import filters_of
 
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):

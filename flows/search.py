@@ -10,7 +10,7 @@ a ``-k`` outside 1..``--max-k`` or a ``--min-score`` that is not a finite number
 weights fitted when the index version was built (see ``retrieval.fusion``), then applies the version's
 reranker when it was published with one (its query pipeline, :mod:`retrieval.pipeline`; ``rerank_score`` printed).
 
-Scoped search (SPEC §7, :mod:`policy.scoped`): ``--region`` (a place name or division code, comma-separated for
+Scoped search (SPEC §7, :mod:`retrieval.scoped`): ``--region`` (a place name or division code, comma-separated for
 several), ``--level`` (文件层级), ``--issuer`` (a substring of the issuer), ``--from`` / ``--to`` (YYYY or
 YYYY-MM-DD), ``--in-force`` restrict the candidates inside the ranking over the version's policy records (its
 ``policy_records`` part); without ``--region`` the places the query names scope it (shown, on stderr, as the
@@ -52,11 +52,11 @@ def _filters(args) -> dict:
 
 def _hit_row(bundle, hit, scoped: bool) -> dict:
     """One hit as printed: :data:`FIELDS`, then (``scoped``: the version has policy records) its document's
-    policy fields (:func:`policy.scoped.policy_fields`)."""
+    policy fields (:func:`retrieval.scoped.policy_fields`)."""
     row = hit.to_dict()  # rendered here, the one place (retrieval.hits.SearchHit.to_dict)
     out = {k: row.get(k) for k in FIELDS}
     if scoped:
-        from policy.scoped import policy_fields
+        from retrieval.scoped import policy_fields
 
         out.update(policy_fields(bundle, hit.doc_id))
     return out
@@ -64,8 +64,8 @@ def _hit_row(bundle, hit, scoped: bool) -> dict:
 
 def _search(bundle, query: str, args, filters: dict) -> tuple[dict, list[dict]]:
     """``(scope payload, hit rows)`` of one scoped query (raises ValueError / QueryError for a bad request)."""
-    from policy.parts import POLICY_RECORDS
-    from policy.scoped import request_scope, scope_payload, scoped_docs
+    from retrieval.policy_records import POLICY_RECORDS
+    from retrieval.scoped import request_scope, scope_payload, scoped_docs
 
     scope, docs = scoped_docs(bundle, request_scope(query, filters, infer=not args.no_infer_scope))
     hits = bundle.pipeline.search(query, args.k, args.mode, docs=docs)
@@ -76,7 +76,7 @@ def _search(bundle, query: str, args, filters: dict) -> tuple[dict, list[dict]]:
 def _batch(bundle, path: str, args, limits: QueryLimits, cli_filters: dict) -> int:
     """Search every line of the JSON Lines file ``path``; one JSON line out per line in, in order (an
     ``error`` line for one that cannot be searched: the others go on)."""
-    from policy.scoped import filters_of
+    from retrieval.scoped import filters_of
 
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):

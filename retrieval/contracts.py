@@ -32,7 +32,7 @@ SERVING_INPUTS = index_inputs(serving_parts())
 # the publish is answers.stages' (the layer above): with a question set it fits the answer scorer on the staged
 # version before CURRENT switches (SPEC §9)
 # it reads policy_records too (its fingerprint enters the cache key: "missing" where no policy stage ran): the
-# policy_records serving part is fitted from it (policy.parts)
+# policy_records serving part is fitted from it (retrieval.policy_records)
 INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER, "policy_records"),
               writes=(versioned("index"),), config=ChunkConfig,
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",

@@ -7,8 +7,8 @@ check of every part a manifest records (:func:`check_parts`) and the one loader 
 name is spelled in its declaration and its own module only.
 
 Each library declares its own parts in its own module (retrieval: :data:`TEXTS_PART`, :data:`RERANKER_PART`
-here; ``policy.parts``; ``docmatch.parts``; ``answers.parts``); :data:`REGISTRY` names those tuples as ``"module:NAME"`` strings
-resolved when first asked for (:func:`serving_parts`), as a stage's ``fn`` is, so retrieval never imports a
+here; the policy records in ``retrieval.policy_records``; ``docmatch.parts``; ``answers.parts``); :data:`REGISTRY`
+names those tuples as ``"module:NAME"`` strings resolved when first asked for (:func:`serving_parts`), as a stage's ``fn`` is, so retrieval never imports a
 layer above it. Adding a part: its declaration (and loader) in its library's module, one test.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ from retrieval.parts import TEXTS, TEXTS_FILE
 
 ROLES = ("texts", "searcher", "reranker", "reader", "related", "metadata")
 BUILDS = ("written", "installed", "fitted")
-REGISTRY = ("retrieval.serving_parts:PARTS", "policy.parts:PARTS", "docmatch.parts:PARTS", "answers.parts:PARTS")
+REGISTRY = ("retrieval.serving_parts:PARTS", "retrieval.policy_records:PARTS", "docmatch.parts:PARTS",
+            "answers.parts:PARTS")
 
 
 @dataclass(frozen=True)

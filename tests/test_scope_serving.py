@@ -1,5 +1,5 @@
 """Policies as policies (SPEC §7 search filters): the policy records pinned in each index version as a serving
-part (policy.parts), and the scoped search of flows.search over them (policy.scoped): filters, the scope
+part (retrieval.policy_records), and the scoped search of flows.search over them (retrieval.scoped): filters, the scope
 inferred from the question, the batch format, hostile filters, a version without the part."""
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def docs() -> pd.DataFrame:
 def data(tmp_path_factory):
     """A data dir whose index (v1) was published with the policy records part, computed from documents_clean
     (no policy stage ran)."""
-    from policy.parts import POLICY_PART
+    from retrieval.policy_records import POLICY_PART
     from retrieval.serving_parts import fitted_parts
     from retrieval.sparse import make_tokenizer
     from retrieval.stages import index_stage
@@ -63,7 +63,7 @@ def run_search(capsys, *argv) -> tuple[int, str, str]:
 
 
 def test_the_part_is_published_checked_and_loaded(data):
-    from policy.parts import POLICY_PART
+    from retrieval.policy_records import POLICY_PART
     from retrieval.bundle import load_bundle
     from retrieval.parts import PartError
 
@@ -80,14 +80,14 @@ def test_the_part_is_published_checked_and_loaded(data):
         with pytest.raises(PartError, match="policy_records"):
             load_bundle(data / "index").load(POLICY_PART)
     finally:  # restore the published bytes for the other tests
-        from policy.parts import records_text
+        from retrieval.policy_records import records_text
 
         (b.folder / "policy-records.jsonl").write_text(records_text(list(recs.values())), encoding="utf-8")
     assert load_bundle(data / "index").check_parts()
 
 
 def test_the_fit_reads_the_policy_records_table_when_there_is_one(tmp_path, data):
-    from policy.parts import records_fit, table_records
+    from retrieval.policy_records import records_fit, table_records
     from policy.stage import policy_records_stage
 
     policy_records_stage(data / "documents_clean", tmp_path / "policy_records", registry=None, as_of="2026-01-01")

@@ -1,7 +1,7 @@
 """Scoped search over a loaded index version (SPEC §7 search filters): the one place the command lines
 (``flows.search``, ``flows.ask``) and the answer API turn a request's filter fields and question into a
 :class:`retrieval.scope.Scope` and the doc ids the search may return, over the version's own policy records
-(the ``policy_records`` serving part, :mod:`policy.parts`).
+(the ``policy_records`` serving part, :mod:`retrieval.policy_records`).
 
 - Explicit filters (``region``, ``level``, ``issuer``, ``from``, ``to``, ``in_force``:
   :func:`retrieval.scope.parse_filters`) restrict strictly: a record whose jurisdiction is unknown does not pass
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from policy.parts import POLICY_PART, POLICY_RECORDS, hit_fields
+from retrieval.policy_records import POLICY_PART, POLICY_RECORDS, hit_fields
 from retrieval.scope import FILTER_FIELDS, Scope, allowed_docs, parse_filters, scope_from_question
 
 
@@ -69,7 +69,7 @@ def scoped_docs(bundle, scope: Scope) -> tuple[Scope, set[str] | None]:
 
 
 def policy_fields(bundle, doc_id: str) -> dict:
-    """What a hit of ``doc_id`` carries from the version's policy record (:func:`policy.parts.hit_fields`; all
+    """What a hit of ``doc_id`` carries from the version's policy record (:func:`retrieval.policy_records.hit_fields`; all
     None on a version without the part)."""
     records = bundle.load(POLICY_PART) if bundle.has_part(POLICY_RECORDS) else {}
     return hit_fields(records.get(str(doc_id)))

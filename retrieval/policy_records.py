@@ -147,6 +147,7 @@ def hit_fields(record: dict | None) -> dict:
             **{k: r.get(k) for k in HIT_FIELDS}}
 
 
-POLICY_PART = ServingPart(POLICY_RECORDS, "metadata", POLICY_FILE, build="fitted", fit="policy.parts:records_fit",
-                          load="policy.parts:load_records")
+POLICY_PART = ServingPart(POLICY_RECORDS, "metadata", POLICY_FILE, build="fitted",
+                          fit="retrieval.policy_records:records_fit",
+                          load="retrieval.policy_records:load_records")
 PARTS = (POLICY_PART,)
