@@ -25,6 +25,8 @@ import json
 import sys
 from pathlib import Path
 
+from flows.search import add_filter_args, filters_from_args
+
 FIELDS = ("text", "score", "doc_id", "external_id", "title", "url", "source", "pubtime", "start", "end", "passage")
 
 
@@ -111,17 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("-k", type=int, default=3, help="answers (from distinct documents) to return")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--region", help="places (names or division codes, comma-separated)")
-    ap.add_argument("--level", help="document levels (文件层级, comma-separated)")
-    ap.add_argument("--issuer", help="issuer substrings (comma-separated)")
-    ap.add_argument("--from", help="earliest date (YYYY or YYYY-MM-DD)")
-    ap.add_argument("--to", help="latest date (YYYY or YYYY-MM-DD)")
-    ap.add_argument("--in-force", action="store_true", help="only documents known to be in force (有效)")
-    ap.add_argument("--no-infer-scope", action="store_true", help="do not scope by the places the question names")
+    add_filter_args(ap, "question")
     args = ap.parse_args(argv)
-    from flows.search import _filters
-
-    filters = _filters(args)
+    filters = filters_from_args(args)
     from answers.answer import AnswerConfig, AnswerInputError, check_question
 
     cfg = AnswerConfig()

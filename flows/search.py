@@ -43,8 +43,19 @@ FIELDS = ("score", "dense_score", "sparse_score", "dense_rank", "sparse_rank", "
           "source", "url", "start", "end", "text", "rerank_score")
 
 
-def _filters(args) -> dict:
-    """The filter fields the command line gives."""
+def add_filter_args(parser: argparse.ArgumentParser, what: str = "query") -> None:
+    """The scope flags of ``flows.search`` and ``flows.ask`` (read back by :func:`filters_from_args`)."""
+    parser.add_argument("--region", help="places (names or division codes, comma-separated)")
+    parser.add_argument("--level", help="document levels (文件层级, comma-separated)")
+    parser.add_argument("--issuer", help="issuer substrings (comma-separated)")
+    parser.add_argument("--from", help="earliest date (YYYY or YYYY-MM-DD)")
+    parser.add_argument("--to", help="latest date (YYYY or YYYY-MM-DD)")
+    parser.add_argument("--in-force", action="store_true", help="only documents known to be in force (有效)")
+    parser.add_argument("--no-infer-scope", action="store_true", help=f"do not scope by the places the {what} names")
+
+
+def filters_from_args(args) -> dict:
+    """The filter fields the command line gives (:func:`add_filter_args`)."""
     out = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FILTER_FLAGS}
     out["in_force"] = bool(args.in_force) or None
     return {k: v for k, v in out.items() if v is not None}
@@ -128,17 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("hybrid", "dense", "sparse"), default="hybrid")
     parser.add_argument("--max-k", type=int, default=QueryLimits.max_k, help="largest k accepted")
     parser.add_argument("--max-query-chars", type=int, default=QueryLimits.max_chars, help="longest query accepted")
-    parser.add_argument("--region", help="places (names or division codes, comma-separated)")
-    parser.add_argument("--level", help="document levels (文件层级, comma-separated)")
-    parser.add_argument("--issuer", help="issuer substrings (comma-separated)")
-    parser.add_argument("--from", help="earliest date (YYYY or YYYY-MM-DD)")
-    parser.add_argument("--to", help="latest date (YYYY or YYYY-MM-DD)")
-    parser.add_argument("--in-force", action="store_true", help="only documents known to be in force (有效)")
-    parser.add_argument("--no-infer-scope", action="store_true", help="do not scope by the places the query names")
+    add_filter_args(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object (query, scope, hits); batch: JSON lines")
     args = parser.parse_args(argv)
     limits = QueryLimits(max_k=args.max_k, max_chars=args.max_query_chars)
-    filters = _filters(args)
+    filters = filters_from_args(args)
     try:  # before the index and the encoder load
         if (args.query is None) == (args.questions is None):
             raise QueryError("give one query or --questions FILE")

@@ -12,7 +12,6 @@ Plain library: never imports prefect.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +53,8 @@ def release_memory() -> bool:
     """Collect garbage, then hand freed heap pages back to the system (glibc ``malloc_trim(0)``). Returns True
     when the trim ran (glibc found), False otherwise (other libc: only the collection ran)."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
+    try:  # the symbols already loaded into this process (libc among them): no library search, no subprocess
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
