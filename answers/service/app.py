@@ -28,7 +28,7 @@ from answers.service.requestid import RequestIdMiddleware, access_logger, config
 log = logging.getLogger(__name__)
 CONFIG_ENV = "ANSWER_SERVICE_CONFIG"
 PROBES = ("/healthz", "/readyz")
-ROUTES = ("/", "/ask", "/api/answer", "/api/related", "/related", "/healthz", "/readyz", "/metrics")
+ROUTES = ("/", "/ask", "/api/answer", "/api/related", "/api/lookup", "/related", "/healthz", "/readyz", "/metrics")
 
 
 @dataclass(frozen=True)
