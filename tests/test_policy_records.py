@@ -53,6 +53,43 @@ def test_doc_numbers_found_in_text_with_offsets():
     assert text[s:e] == "桂政办发〔2023〕51号"
 
 
+@pytest.mark.parametrize("text, number", [
+    # a flattened header: the title closes right before the 机关代字
+    ("广东省人民政府办公厅关于印发“数字湾区”建设三年行动方案的通知粤办函〔2023〕297号", "粤办函〔2023〕297号"),
+    ("国务院关于印发《中国（新疆）自由贸易试验区总体方案》的通知国发〔2023〕17号", "国发〔2023〕17号"),
+    ("国务院办公厅关于进一步优化营商环境降低市场主体制度性交易成本的意见国办发〔2022〕33号", "国办发〔2022〕33号"),
+    ("财政部 税务总局关于实施小微企业普惠性税收减免政策的通知财税〔2019〕13号", "财税〔2019〕13号"),
+    ("国家发展改革委关于印发《国家数字经济创新发展试验区实施方案》的通知发改高技〔2019〕1976号",
+     "发改高技〔2019〕1976号"),
+    ("工业和信息化部等七部门关于推动未来产业创新发展的实施意见工信部联科〔2024〕12号", "工信部联科〔2024〕12号"),
+    ("宁夏回族自治区数字经济发展“十四五”规划的通知宁政办发〔2021〕69号", "宁政办发〔2021〕69号"),
+    ("1985年11月30日市人民政府京政发〔1985〕167号", "京政发〔1985〕167号"),
+    ("按照天津市卫健委津卫医政【2020】100号", "津卫医政〔2020〕100号"),
+    ("关于做好家庭医生签约服务的通知 国卫基层家医便函〔2020〕2号", "国卫基层家医便函〔2020〕2号"),  # 8 characters
+    ("国卫规划发〔2020〕1号", "国卫规划发〔2020〕1号"),  # 规划 is part of this code
+    ("根据国发[2019]5号", "国发〔2019〕5号"),
+    ("国发〔2019〕第5号", "国发〔2019〕5号"),
+])
+def test_doc_number_code_is_the_agency_code_not_the_title_before_it(text, number):
+    found = find_doc_numbers(text)
+    assert [n for n, _, _ in found] == [number]
+    _, s, e = found[0]
+    assert text[s:e].replace(" ", "").startswith(number.split("〔")[0])
+
+
+def test_a_bracketed_year_after_words_names_no_agency():
+    assert find_doc_numbers("与此同时，国家税务总局还出台了[2020]4号公告") == []
+    assert normalize_doc_number("建设三年行动方案的通知粤办函〔2023〕297号") == "粤办函〔2023〕297号"
+
+
+def test_record_doc_number_from_a_flattened_header():
+    doc = {"doc_id": "gd", "title": "广东省人民政府办公厅关于印发“数字湾区”建设三年行动方案的通知",
+           "text": "广东省人民政府办公厅关于印发“数字湾区”建设三年行动方案的通知粤办函〔2023〕297号各地级以上市人民政府，"
+                   "省政府各部门、各直属机构：现将《“数字湾区”建设三年行动方案》印发给你们，请认真组织实施。"}
+    r = extract_record(doc)
+    assert (r.doc_number, r.evidence["doc_number"]) == ("粤办函〔2023〕297号", "text")
+
+
 def test_record_from_title_and_text_with_evidence():
     doc = {"doc_id": "d1", "title": "浙江省生活垃圾管理条例", "pubtime": date(2020, 12, 24),
            "text": "第一条 为了加强生活垃圾管理，根据《中华人民共和国固体废物污染环境防治法》，结合本省实际，制定本条例。\n"
@@ -142,6 +179,85 @@ def test_find_by_doc_number_and_article():
     assert find_article(text, "第三条") is None
     assert parse_reference("《X条例》第十条") == {"title": "X条例", "doc_number": None, "article": 10}
     assert parse_reference("国发〔2019〕5号第三条")["doc_number"] == "国发〔2019〕5号"
+
+
+_CN = "零一二三四五六七八九"
+
+
+def _cn(n: int) -> str:
+    """1..99 in Chinese numerals (十一, 二十, 二十一)."""
+    tens, ones = divmod(n, 10)
+    return (("" if tens == 1 else _CN[tens]) + "十" if tens else "") + (_CN[ones] if ones else "")
+
+
+# a statute as the main job's cleaned texts hold it: no line breaks, headings glued to the articles after them,
+# cross references inside articles (依照本法第二十一条, 第十条第二款, 前款, 。第十三条规定的…, 。第二十七条所称…)
+_BODIES = {
+    1: "为了规范数据处理活动，保障数据安全，制定本法。",
+    2: "在中华人民共和国境内开展数据处理活动，适用本法。",
+    3: "本法所称数据，是指任何以电子或者其他方式对信息的记录。第二十七条所称重要数据，由国家网信部门会同有关部门认定。",
+    4: "维护数据安全，应当坚持总体国家安全观。",
+    5: "各地区、各部门对本地区、本部门工作中收集和产生的数据负责。",
+    6: "国家统筹发展和安全，依照本法第二十一条的规定实行分类分级保护。",
+    7: "国家实施大数据战略。第十三条规定的制度，由国务院有关部门组织实施。",
+    8: "省级以上人民政府应当将数字经济发展纳入本级规划。",
+    9: "与数据有关的行业组织应当加强行业自律。",
+    10: "国家支持数据开发利用。前款规定的数据，不包括国家秘密。",
+    11: "国家推进数据安全标准体系建设，第十条第二款所列标准除外。",
+    12: "国家促进数据安全检测评估服务的发展。",
+    13: "国家建立数据分类分级保护制度。",
+    14: "国家建立数据安全风险评估机制，第十三条、第十四条所称制度由国务院制定。",
+    15: "国家建立数据安全应急处置机制。",
+    16: "国家建立数据安全审查制度。",
+    17: "国家对属于管制物项的数据依法实施出口管制。",
+    18: "国家建立数据交易管理制度，依照本法第三章数据安全制度的规定执行。",
+    19: "重要数据的处理者应当明确数据安全负责人。",
+    20: "开展数据处理活动应当加强风险监测；发现风险时，应当立即采取补救措施。",
+    21: "开展数据处理活动的组织、个人不履行本法第十九条、第二十条规定的数据安全保护义务的，由有关主管部门责令改正。",
+    22: "违反本法第十七条规定，向境外提供重要数据的，处十万元以上一百万元以下罚款。",
+    23: "违反本法第十三条第一款规定的，依照有关法律的规定处罚。",
+    24: "国家机关不履行本法规定的数据安全保护义务的，对直接负责的主管人员依法给予处分。",
+    25: "窃取或者以其他非法方式获取数据的，依照有关法律、行政法规的规定处罚。",
+    26: "违反本法规定，给他人造成损害的，依法承担民事责任。",
+    27: "开展涉及国家秘密的数据处理活动，适用有关法律的规定。",
+    28: "本法自2021年9月1日起施行。",
+}
+_HEADINGS = {1: "第一章总则", 6: "第二章数据安全与发展第一节一般规定", 10: "第二节促进措施", 13: "第三章数据安全制度",
+             19: "第四章数据安全保护义务", 21: "第五章法律责任", 27: "第六章附则"}
+
+
+def _statute(sep: str = "") -> str:
+    toc = "目录第一章总则第二章数据安全与发展第三章数据安全制度第四章数据安全保护义务第五章法律责任第六章附则"
+    return "中华人民共和国示例数据法" + toc + "".join(
+        (_HEADINGS[n] + sep if n in _HEADINGS else "") + f"第{_cn(n)}条" + _BODIES[n] + sep for n in _BODIES)
+
+
+@pytest.mark.parametrize("sep", ["", "\n", " "])
+def test_every_article_of_a_flattened_statute_with_its_text_up_to_the_next_heading(sep):
+    text = _statute(sep)
+    for n, body in _BODIES.items():
+        art = find_article(text, n)
+        assert art is not None, n
+        assert art.text == f"第{_cn(n)}条{body}", n  # ends before the next article or chapter/section heading
+        assert text[art.start:art.end] == art.text
+    assert find_article(text, 29) is None
+    assert find_article(text, "第二十一条").text.startswith("第二十一条开展数据处理活动的组织")
+
+
+def test_glued_article_headings_beyond_chapters():
+    # 第一条 glued to the title after a signature, an unnumbered heading after a sentence end, 总则/附则 alone
+    text = ("国家互联网信息办公室主任某某2022年7月7日数据出境评估办法第一条为了规范数据出境活动，制定本办法。"
+            "第二条本办法适用于数据出境。养护管理第三条县级人民政府负责养护。有第三条情形的，依照前款处理。"
+            "附则第四条本办法自公布之日起施行。")
+    assert [find_article(text, n).text for n in (1, 2, 3, 4)] == [
+        "第一条为了规范数据出境活动，制定本办法。", "第二条本办法适用于数据出境。",
+        "第三条县级人民政府负责养护。有第三条情形的，依照前款处理。", "第四条本办法自公布之日起施行。"]
+    # a cross reference at a sentence start is no article, nor is a 第一条 with no 第二条 after it
+    assert find_article("第一条甲。第五条规定的乙。第二条丙。", 5) is None
+    assert find_article("将本规定第一条修改为：“……”", 1) is None
+    # a chapter cited with its article is no heading
+    cite = "第一条甲。第二条依照本法第三章第五条执行。第三条丙。"
+    assert find_article(cite, 5) is None and find_article(cite, 2).text == "第二条依照本法第三章第五条执行。"
 
 
 def test_stage_writes_the_policy_records_table(tmp_path):
