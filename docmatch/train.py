@@ -1,16 +1,23 @@
-"""Training LTM-B (SPEC §12) on labelled pairs over document matrices, on CPU, with dev-based early stopping.
+"""Training LTM-B (SPEC §12) on labelled pairs over document matrices, on CPU, with dev-based early stopping, on the
+project's one training engine (:func:`model.training.train`: :class:`PairLoss` wraps the model, the config is
+mapped by :func:`engine_config`).
 
 Each epoch trains on the pair file's ``train`` pairs (label 0/1, binary cross-entropy: match / no match) plus,
 for every positive, ``random_negatives`` fresh negatives drawn from the train split's own ``b`` documents (never a
 known positive of that ``a``). After each epoch the dev positives' ``b`` is ranked among ``dev_candidates``
-(default: every ``b`` of the dev split) and the epoch with the best dev MRR is kept; training stops after
-``patience`` epochs without improvement, after ``epochs``, or past ``max_seconds``.
+(default: every ``b`` of the dev split) and the epoch with the best dev MRR is kept, a tie broken by the lower dev
+NLL (:class:`model.training.Evaluate`); training stops after ``patience`` epochs without improvement
+(:class:`model.training.EarlyStopping`), after ``epochs``, or past ``max_seconds``
+(:class:`model.training.TimeBudget`).
 """
 from __future__ import annotations
 
 import random
 import time
 from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -19,11 +26,15 @@ import torch
 from docmatch.ltm import LTMB, LTMConfig, pad
 from docmatch.ranking import rank_metrics
 
+if TYPE_CHECKING:  # the engine (and transformers) load when a training starts, not with this module
+    from model.training import TrainConfig as EngineConfig
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """seed; epochs (most); lr, weight_decay (AdamW); batch_size (pairs); random_negatives per positive per
-    epoch; patience (epochs without a better dev MRR); max_seconds (wall budget); threads (torch CPU threads)."""
+    """seed; epochs (most); lr, weight_decay (AdamW; the engine's, :func:`engine_config`: linear decay to 0 over
+    ``epochs``, no warm-up, no decay on biases); batch_size (pairs); random_negatives per positive per epoch; patience (epochs
+    without a better dev MRR); max_seconds (wall budget); threads (torch CPU threads)."""
 
     seed: int = 13
     epochs: int = 40
@@ -37,22 +48,73 @@ class TrainConfig:
 
 
 def epoch_pairs(pairs: pd.DataFrame, rng: random.Random, k: int) -> list[tuple[str, str, int]]:
-    """This epoch's ``(a, b, label)``: the train pairs plus ``k`` random in-split negatives per positive."""
+    """This epoch's ``(a, b, label)``: the train pairs plus ``k`` random in-split negatives per positive (fewer
+    only where the split has fewer ``b`` that are not a known positive of that ``a``: the same count every
+    epoch), shuffled by ``rng``."""
     train = pairs[pairs["split"] == "train"]
     pool = sorted(set(train["b"]))
     known = set(zip(train.loc[train["label"] == 1, "a"], train.loc[train["label"] == 1, "b"]))
     out = list(zip(train["a"], train["b"], train["label"].astype(int)))
     for a in train.loc[train["label"] == 1, "a"]:
-        negs = [b for b in rng.sample(pool, min(len(pool), k + 2)) if (a, b) not in known]
-        out += [(a, b, 0) for b in negs[:k]]
+        negs = [b for b in pool if (a, b) not in known]
+        out += [(a, b, 0) for b in rng.sample(negs, min(len(negs), k))]
     rng.shuffle(out)
     return out
+
+
+class EpochPairs:
+    """``epoch -> examples`` for :func:`model.training.train`: :func:`epoch_pairs` with a ``random.Random``
+    seeded per (seed, epoch), so an epoch's pairs do not depend on how often or in what order they are asked
+    for; the last epoch's kept."""
+
+    def __init__(self, pairs: pd.DataFrame, seed: int, k: int):
+        self.pairs, self.seed, self.k, self.last = pairs, seed, k, (None, None)
+
+    def __call__(self, epoch: int) -> list[tuple[str, str, int]]:
+        if self.last[0] != epoch:
+            self.last = (epoch, epoch_pairs(self.pairs, random.Random(f"{self.seed}:{epoch}"), self.k))
+        return self.last[1]
+
+
+class PairLoss(torch.nn.Module):
+    """LTM-B under binary cross-entropy for :func:`model.training.train`: ``forward(a, a_mask, b, b_mask,
+    labels)`` (:func:`collate_pairs`) → ``.loss``, the mean BCE of the match logits against the 0/1 labels."""
+
+    def __init__(self, model: LTMB):
+        super().__init__()
+        self.model = model
+
+    def forward(self, a, a_mask, b, b_mask, labels):
+        logits = self.model(a, a_mask, b, b_mask)
+        return SimpleNamespace(loss=torch.nn.functional.binary_cross_entropy_with_logits(logits, labels))
+
+
+def collate_pairs(items, mats: dict, max_rows: int) -> dict:
+    """A batch of ``(a, b, label)``: ``a``/``b`` float (batch, rows ≤ ``max_rows``, dim) and their masks (:func:`pad`
+    of ``mats[id]``), ``labels`` float (batch,)."""
+    a, am = pad([mats[x[0]] for x in items], max_rows)
+    b, bm = pad([mats[x[1]] for x in items], max_rows)
+    return {"a": a, "a_mask": am, "b": b, "b_mask": bm, "labels": torch.tensor([float(x[2]) for x in items])}
+
+
+def engine_config(tcfg: TrainConfig, epoch_size: int) -> EngineConfig:
+    """``tcfg`` on the training engine: ``epochs`` passes of batches of ``batch_size`` pairs (``epoch_size`` a
+    pass), AdamW at ``lr`` decaying linearly to 0, no warm-up, gradient norm clipped at 1, on the CPU, the logged
+    loss the epoch's mean (one log line an epoch), an evaluation at each epoch end, no state saved."""
+    from model.training import TrainConfig as EngineConfig, steps_per_epoch
+
+    per_epoch = steps_per_epoch(epoch_size, EngineConfig(batch_size=tcfg.batch_size))
+    return EngineConfig(epochs=tcfg.epochs, batch_size=tcfg.batch_size, lr=tcfg.lr, warmup_ratio=0.0,
+                        weight_decay=tcfg.weight_decay, seed=tcfg.seed, device="cpu", log_every=per_epoch,
+                        save_every=0, eval_every=0, num_workers=0, precision="fp32")
 
 
 def train_ltm(pairs: pd.DataFrame, mats: dict, cfg: LTMConfig, tcfg: TrainConfig = TrainConfig(),
               dev_candidates=None, log=print) -> tuple[LTMB, dict]:
     """Train LTM-B (module docstring) on ``pairs`` (columns ``a, b, label, split``) over ``mats`` (id ->
-    float32 (rows, dim)). Returns the best-dev model (eval mode) and the history (per-epoch dev MRR, seconds).
+    float32 (rows, dim)). Returns the best-dev model (eval mode) and the history: ``epochs`` (per evaluation:
+    ``epoch``, ``loss`` (the epoch's mean BCE), ``dev_mrr``, ``dev_nll`` (nats), ``seconds`` since the start),
+    ``best_dev_mrr``, ``seconds``.
 
     Raises:
         ValueError: no train positive, no dev positive, or a pair id without a matrix.
@@ -64,26 +126,23 @@ def train_ltm(pairs: pd.DataFrame, mats: dict, cfg: LTMConfig, tcfg: TrainConfig
     if not ((pairs["split"] == "train") & (pairs["label"] == 1)).any() or dev.empty:
         raise ValueError("training needs positive pairs in both the train and the dev split")
     cands = sorted(dev_candidates if dev_candidates is not None else set(pairs.loc[pairs["split"] == "dev", "b"]))
+    from model.training import EarlyStopping, TimeBudget, train
+
     torch.set_num_threads(tcfg.threads)
     torch.manual_seed(tcfg.seed)
-    rng, model = random.Random(tcfg.seed), LTMB(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
-    best, best_nll, best_state, hist, t0, stale = -1.0, float("inf"), None, [], time.perf_counter(), 0
-    for epoch in range(tcfg.epochs):
-        loss = _epoch(model, opt, epoch_pairs(pairs, rng, tcfg.random_negatives), mats, tcfg.batch_size)
-        mrr = rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), dev, cands)["mrr"]
-        nll = dev_nll(model, mats, dev, cands)
-        hist.append({"epoch": epoch, "loss": loss, "dev_mrr": mrr, "dev_nll": nll, "seconds": time.perf_counter() - t0})
-        log(f"epoch {epoch}: loss {loss:.4f} dev MRR {mrr:.4f} dev NLL {nll:.4f}")
-        if (round(mrr, 9), -nll) > (round(best, 9), -best_nll):  # a saturated MRR still selects by NLL
-            best, best_nll, stale = mrr, nll, 0
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            stale += 1
-        if stale >= tcfg.patience or time.perf_counter() - t0 > tcfg.max_seconds:
-            break
-    model.load_state_dict(best_state)
-    return model.eval(), {"epochs": hist, "best_dev_mrr": best, "seconds": time.perf_counter() - t0}
+    model, t0 = LTMB(cfg), time.perf_counter()
+    epochs = EpochPairs(pairs, tcfg.seed, tcfg.random_negatives)
+
+    def evaluate(_) -> dict:  # MRR rounded: a saturated MRR then selects by NLL, never by float noise
+        return {"dev_mrr": round(rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), dev, cands)["mrr"], 9),
+                "dev_nll": dev_nll(model, mats, dev, cands), "seconds": time.perf_counter() - t0}
+
+    run = train(PairLoss(model), epochs, partial(collate_pairs, mats=mats, max_rows=cfg.max_segments),
+                engine_config(tcfg, len(epochs(0))), log=log, evaluate=evaluate, best_metric="dev_mrr,-dev_nll",
+                callbacks=[EarlyStopping(tcfg.patience), TimeBudget(tcfg.max_seconds, start=t0)])
+    hist = [{"epoch": i, "loss": p["train_loss"], "dev_mrr": p["dev_mrr"], "dev_nll": p["dev_nll"],
+             "seconds": p["seconds"]} for i, p in enumerate(run["curve"])]
+    return model.eval(), {"epochs": hist, "best_dev_mrr": run["best"]["dev_mrr"], "seconds": time.perf_counter() - t0}
 
 
 def dev_nll(model: LTMB, mats: dict, dev: pd.DataFrame, cands) -> float:
@@ -96,24 +155,6 @@ def dev_nll(model: LTMB, mats: dict, dev: pd.DataFrame, cands) -> float:
         m = s.max()
         out.append(float(m + np.log(np.exp(s - m).sum()) - s[c.index(b)]))
     return float(np.mean(out))
-
-
-def _epoch(model: LTMB, opt, items, mats: dict, batch_size: int) -> float:
-    """One pass over ``items`` ``(a, b, label)``; returns the mean loss."""
-    model.train()
-    losses, n = [], model.cfg.max_segments
-    bce = torch.nn.BCEWithLogitsLoss()
-    for i in range(0, len(items), batch_size):
-        chunk = items[i:i + batch_size]
-        a, am = pad([mats[x[0]] for x in chunk], n)
-        b, bm = pad([mats[x[1]] for x in chunk], n)
-        y = torch.tensor([float(x[2]) for x in chunk])
-        loss = bce(model(a, am, b, bm), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return float(np.mean(losses))
 
 
 def ltm_scores(model: LTMB, mats: dict, a: str, cands) -> np.ndarray:

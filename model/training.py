@@ -1,9 +1,12 @@
-"""One training engine (SPEC §6, §7) for pretraining (MLM + NSP), fine-tuning and contrastive retrieval
-training: :func:`train` runs any model whose forward returns an output with ``.loss``.
+"""One training engine (SPEC §6, §7, §12) for pretraining (MLM + NSP), fine-tuning, contrastive retrieval
+training, the cross-encoder reranker (:mod:`retrieval.cross_encoder`) and LTM-B (:mod:`docmatch.train`):
+:func:`train` runs any model whose forward returns an output with ``.loss`` (a task wraps its model in a small
+module whose ``forward(**batch)`` computes the task's loss).
 
 Device ``auto`` picks CUDA (bf16 autocast) when present, else CPU. AdamW with linear warmup/decay
 (transformers), gradient accumulation, gradient clipping, seeded data order per epoch. Where a run stands is a
-typed :class:`TrainState`; evaluation (with best-by-dev), saving, logging and progress are :class:`Callback` objects.
+typed :class:`TrainState`; evaluation (with best-by-dev), saving, logging, progress, a wall-clock budget
+(:class:`TimeBudget`) and early stopping (:class:`EarlyStopping`) are :class:`Callback` objects.
 The logged loss is the mean step loss over the logging window, a step's loss the mean over its micro-batches.
 With a ``state_dir`` the loop saves a training checkpoint (model, optimiser, scheduler, RNG states, the state)
 every ``save_every`` optimiser steps, atomically, and a restarted run resumes from it and ends with the same
@@ -39,7 +42,8 @@ PRECISIONS = ("auto", "bf16", "fp32")
 class TrainConfig:
     """epochs: passes over the data; max_steps: optimiser steps cap (None: epochs decide);
     batch_size/eval_batch_size: examples per forward (per process); lr, warmup_ratio (share of all
-    steps), weight_decay; grad_accum: forwards per optimiser step; seed; device ``auto|cpu|cuda``;
+    steps), warmup_steps (optimiser steps of warm-up, >= 0; None: ``warmup_ratio`` decides), weight_decay;
+    grad_accum: forwards per optimiser step; seed; device ``auto|cpu|cuda``;
     log_every: steps between log lines; save_every: steps between training states (0: never);
     eval_every: steps between evaluations (0: at each epoch end; the last step is always evaluated);
     num_workers: DataLoader worker processes (None: 2 on CUDA, 0 on CPU, where collation is cheap
@@ -50,7 +54,9 @@ class TrainConfig:
     weights, whose AdamW state alone is 0.8 GB); lr_scales: comma-separated ``prefix=factor``, parameters whose
     names start with the prefix train at ``lr x factor`` (the first matching prefix wins; a new task head on a
     pretrained body learns faster than the body: ``classifier=20``, the discriminative rates of Howard & Ruder
-    2018, "Universal Language Model Fine-tuning")."""
+    2018, "Universal Language Model Fine-tuning"); group_by_length: batches of examples of similar length
+    (:func:`length_grouped_order`, transformers' ``group_by_length``): PolicySM-1's random batches of 32 pad to
+    1.88x their real pieces, so grouped batches read far fewer positions per step."""
 
     epochs: int = 1
     max_steps: int | None = None
@@ -58,6 +64,7 @@ class TrainConfig:
     eval_batch_size: int = 64
     lr: float = 5e-5
     warmup_ratio: float = 0.1
+    warmup_steps: int | None = None
     weight_decay: float = 0.01
     grad_accum: int = 1
     seed: int = 13
@@ -69,12 +76,14 @@ class TrainConfig:
     precision: str = "auto"
     freeze: str = ""
     lr_scales: str = ""
+    group_by_length: bool = False
 
     def __post_init__(self):
         check_choice(self, "precision", PRECISIONS)
         parse_lr_scales(self.lr_scales)
-        check_bounds(self, nullable=("max_steps", "num_workers"), epochs=(1, 100_000), max_steps=(1, None),
-                     batch_size=(1, 1 << 16), eval_batch_size=(1, 1 << 16), lr=(">", 0, 10), warmup_ratio=(0, 1),
+        check_bounds(self, nullable=("max_steps", "num_workers", "warmup_steps"), epochs=(1, 100_000),
+                     max_steps=(1, None), batch_size=(1, 1 << 16), eval_batch_size=(1, 1 << 16), lr=(">", 0, 10),
+                     warmup_ratio=(0, 1), warmup_steps=(0, None),
                      weight_decay=(0, 10), grad_accum=(1, 1 << 16), seed=(0, 2 ** 32 - 1), log_every=(1, None),
                      save_every=(0, None), eval_every=(0, None), num_workers=(0, 256))
 
@@ -150,12 +159,38 @@ def batches(n: int, batch_size: int, rng: np.random.Generator | None,
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
+def length_grouped_order(lengths: Sequence[int], batch_size: int, rng: np.random.Generator,
+                         mega: int = 50) -> np.ndarray:
+    """A permutation of ``range(len(lengths))`` whose consecutive ``batch_size`` slices hold examples of similar
+    length, the batches themselves in random order: a random permutation is cut into mega-batches of
+    ``mega x batch_size``, each sorted by length (longest first), cut into batches, and the full batches are
+    shuffled (the one short batch, if any, stays last so :func:`batches` cuts the same slices). The sampler of
+    transformers' ``group_by_length`` (``LengthGroupedSampler``), with the batch order shuffled as well.
+    ``lengths``: tokens per example. Deterministic per ``rng`` state."""
+    lengths = np.asarray(lengths)
+    n, size = len(lengths), mega * batch_size
+    if not n:
+        return np.arange(0)
+    perm = rng.permutation(n)
+    order = np.concatenate([c[np.argsort(-lengths[c], kind="stable")] for c in
+                            (perm[i:i + size] for i in range(0, n, size))])
+    full = n // batch_size
+    picks = [order[i * batch_size:(i + 1) * batch_size] for i in rng.permutation(full)]
+    return np.concatenate(picks + [order[full * batch_size:]])
+
+
 def epoch_order(data, cfg: TrainConfig, epoch: int) -> np.ndarray | None:
     """The example order a data source imposes on ``epoch`` (its ``epoch_order(seed, epoch)``, e.g. a
-    streamed table's shard-window shuffle, :class:`model.pretrain_data.ShardedExamples`), or None for
-    a plain sequence (shuffled freely by :func:`rank_batches`)."""
+    streamed table's shard-window shuffle, :class:`model.pretrain_data.ShardedExamples`), the length-grouped
+    order of a plain sequence of example dicts under ``cfg.group_by_length`` (:func:`length_grouped_order`
+    over their ``input_ids``, seeded per (seed, epoch)), or None (shuffled freely by :func:`rank_batches`)."""
     fn = getattr(data, "epoch_order", None)
-    return fn(cfg.seed, epoch) if callable(fn) else None
+    if callable(fn):
+        return fn(cfg.seed, epoch)
+    if cfg.group_by_length and len(data) and isinstance(data[0], dict) and "input_ids" in data[0]:
+        rng = np.random.default_rng([cfg.seed, epoch, 1])
+        return length_grouped_order([len(e["input_ids"]) for e in data], cfg.batch_size, rng)
+    return None
 
 
 def rank_batches(n: int, cfg: TrainConfig, epoch: int, rank: int = 0, nproc: int = 1,
@@ -216,10 +251,33 @@ def _optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimize
                               for (f, decay), ps in groups.items() if ps or f == 1.0], lr=cfg.lr)
 
 
+def trainable_state(model: torch.nn.Module, copy: bool = False) -> dict[str, torch.Tensor]:
+    """The model's state dict without its frozen parameters (``requires_grad=False``, :attr:`TrainConfig.freeze`):
+    they never change in a run, so a kept best point or a training state need not hold them (e5's frozen token
+    embeddings are 96 M of PolicyBERT's 121 M weights: 367 MiB per copy). ``copy``: detached CPU copies (a
+    snapshot that later steps do not change) rather than the live tensors."""
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    return {k: (v.detach().to("cpu", copy=True) if copy else v) for k, v in model.state_dict().items()
+            if k not in frozen}
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a :func:`trainable_state` (or a whole state dict) into ``model``.
+
+    Raises:
+        RuntimeError: ``state`` names a tensor the model lacks, or lacks one that is not frozen in ``model``."""
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    lost = sorted(set(missing) - frozen)
+    if lost or unexpected:
+        raise RuntimeError(f"training state does not match {type(model).__name__}: missing {lost[:5]}, "
+                           f"unexpected {sorted(unexpected)[:5]}")
+
+
 def _save_state(state_dir: Path, model, opt, sched, pos: dict) -> None:
     with atomic_path(state_dir / STATE) as tmp:
         tmp.mkdir()
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+        torch.save({"model": trainable_state(model), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                     "torch_rng": torch.get_rng_state(),
                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
                    tmp / "state.pt")
@@ -233,7 +291,7 @@ def _load_state(state_dir: Path, model, opt, sched) -> dict | None:
     if not (d / "position.json").is_file():
         return None
     blob = torch.load(d / "state.pt", map_location="cpu", weights_only=True)
-    model.load_state_dict(blob["model"])
+    load_trainable_state(model, blob["model"])
     opt.load_state_dict(blob["optimizer"])
     sched.load_state_dict(blob["scheduler"])
     torch.set_rng_state(blob["torch_rng"])
@@ -317,6 +375,21 @@ class Loop:
         if self.state_dir is not None and self.main:
             _save_state(self.state_dir, self.unwrapped, self.opt, self.sched, self.state.to_json())
 
+    def stop(self) -> None:
+        """End the run after the current step: the step budget ``total`` becomes the step reached, and every
+        callback's ``on_end`` then runs as after a last step (a final evaluation, the state). Every process must
+        call it at the same step (:meth:`agree`)."""
+        self.total = self.state.step
+
+    def agree(self, flag: bool) -> bool:
+        """The main process's ``flag`` on every process (one broadcast under DDP; ``flag`` itself in one
+        process): a decision taken on one clock or on the main process's evaluations, taken by all ranks alike."""
+        if self.acc.num_processes == 1:
+            return bool(flag)
+        from accelerate.utils import broadcast
+
+        return bool(broadcast(torch.tensor([float(flag)], device=self.acc.device), from_process=0).item())
+
 
 class Callback:
     """Hooks of :func:`train`, called on every process in the order given: ``on_step`` after each optimiser
@@ -353,8 +426,10 @@ class LogLoss(Callback):
 class Evaluate(Callback):
     """``evaluate(model) -> metrics`` on the main process every ``every`` steps (0: at each epoch end) and after
     the last step; each call adds a point (step, epoch, train_loss, metrics) to ``state.curve``. With
-    ``best_metric`` the weights with its highest value are kept (in memory, and in ``state_dir/best.pt`` so a
-    resumed run still ends on them) and loaded into the model at the end (best-by-dev)."""
+    ``best_metric`` the trainable weights with its highest value are kept (:func:`trainable_state`; in memory, and
+    in ``state_dir/best.pt`` so a resumed run still ends on them) and loaded into the model at the end (best-by-dev);
+    ``best_metric`` may name several metrics, compared in order (:func:`best_key`: ``"mrr,-nll"`` breaks a tie in
+    MRR by the lower NLL)."""
 
     evaluate: Callable[[torch.nn.Module], dict]
     every: int = 0
@@ -381,7 +456,8 @@ class Evaluate(Callback):
             loop.unwrapped.train()
             s.curve.append(point)
             loop.log("eval " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items()))
-            if self.best_metric and (s.best is None or point[self.best_metric] > s.best[self.best_metric]):
+            if self.best_metric and (s.best is None or best_key(point, self.best_metric) >
+                                     best_key(s.best, self.best_metric)):
                 s.best = point
                 self._keep(loop.unwrapped)
         loop.acc.wait_for_everyone()
@@ -389,7 +465,8 @@ class Evaluate(Callback):
             loop.save()  # right after best.pt, so that a resumed run knows which evaluation it holds
 
     def _keep(self, model: torch.nn.Module) -> None:
-        self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        self.weights = None  # the previous best point goes before the new copy is made
+        self.weights = trainable_state(model, copy=True)
         if self.state_dir is not None:
             with atomic_path(self.state_dir / "best.pt") as tmp:
                 torch.save(self.weights, tmp)
@@ -401,7 +478,71 @@ class Evaluate(Callback):
         if self.weights is None and path is not None and path.is_file():
             self.weights = torch.load(path, map_location="cpu", weights_only=True)
         if self.weights is not None:
-            loop.unwrapped.load_state_dict(self.weights)
+            load_trainable_state(loop.unwrapped, self.weights)
+
+
+def best_key(point: dict, best_metric: str) -> tuple[float, ...]:
+    """The key a curve point is ranked by (higher is better) under ``best_metric``: comma-separated metric names
+    compared in order, a leading ``-`` for a metric where lower is better (``"dev_mrr,-dev_nll"``).
+
+    Raises:
+        KeyError: a named metric the point lacks.
+    """
+    names = [n.strip() for n in best_metric.split(",") if n.strip()]
+    return tuple(-float(point[n[1:]]) if n.startswith("-") else float(point[n]) for n in names)
+
+
+@dataclass
+class TimeBudget(Callback):
+    """Ends the run (:meth:`Loop.stop`) after the first optimiser step that finishes ``max_seconds`` (wall clock,
+    > 0; ``inf``: no budget) or more after ``start`` (by default when the callback is made, so the run's setup
+    counts); at least one step runs. The main process's clock decides for every process; a resumed run starts a
+    fresh budget.
+
+    Raises:
+        ValueError: ``max_seconds`` not a number > 0.
+    """
+
+    max_seconds: float
+    start: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self):
+        if isinstance(self.max_seconds, bool) or not isinstance(self.max_seconds, (int, float)) \
+                or not self.max_seconds > 0:
+            raise ValueError(f"TimeBudget.max_seconds = {self.max_seconds!r}: must be a number > 0")
+
+    def on_step(self, loop: Loop) -> None:
+        if loop.agree(time.perf_counter() - self.start >= self.max_seconds):
+            loop.stop()
+
+
+@dataclass
+class EarlyStopping(Callback):
+    """Ends the run (:meth:`Loop.stop`) once ``patience`` evaluations in a row brought no new best point (the
+    :class:`Evaluate` of :func:`train`'s ``best_metric``, which runs before this callback); counted from
+    ``state.curve``, so a resumed run counts on. Early stopping on a held-out split (Prechelt 1998, "Early
+    Stopping — But When?"); with ``best_metric`` the run still ends on the best point's weights.
+
+    Raises:
+        ValueError: ``patience`` not an integer >= 1.
+    """
+
+    patience: int
+
+    def __post_init__(self):
+        check_bounds(self, patience=(1, None))
+
+    def on_step(self, loop: Loop) -> None:
+        self._check(loop)
+
+    def on_epoch_end(self, loop: Loop) -> None:
+        self._check(loop)
+
+    def _check(self, loop: Loop) -> None:
+        s = loop.state
+        stale = s.best is not None and sum(p["step"] > s.best["step"] for p in s.curve) >= self.patience
+        if loop.agree(stale):
+            loop.stop()
 
 
 @dataclass
@@ -456,7 +597,8 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
             order. The saved position is (epoch, batch): the order is recomputed, so a resume is exact.
         state_dir: training states go there every ``cfg.save_every`` steps; a run resumes from one found there.
         on_step, evaluate, best_metric: :class:`Progress`, :class:`Evaluate` (every ``cfg.eval_every`` steps,
-            0: each epoch end, and after the last step; best-by-dev on ``best_metric``); ``callbacks``: more.
+            0: each epoch end, and after the last step; best-by-dev on ``best_metric``, :func:`best_key`);
+            ``callbacks``: more, after those (:class:`TimeBudget`, :class:`EarlyStopping` end a run early).
 
     Returns:
         dict: steps, epochs_run, final_loss (mean step loss over the last ``log_every`` steps), seconds,
@@ -502,7 +644,8 @@ def _start(model: torch.nn.Module, n: int, cfg: TrainConfig, log: Log, state_dir
     model.to(acc.device).train()
     total = cfg.max_steps or steps_per_epoch(n, cfg, acc.num_processes) * cfg.epochs
     opt = _optimizer(model, cfg)
-    sched = get_linear_schedule_with_warmup(opt, int(total * cfg.warmup_ratio), total)
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else int(total * cfg.warmup_ratio)
+    sched = get_linear_schedule_with_warmup(opt, warmup, total)
     state, resumed = TrainState(), None
     loaded = _load_state(state_dir, model, opt, sched) if state_dir is not None else None
     if loaded:
@@ -575,11 +718,14 @@ def evaluate_pretraining(model: torch.nn.Module, examples: Sequence[dict], colla
 @torch.no_grad()
 def evaluate_classifier(model: torch.nn.Module, examples: Sequence[dict], collate_fn: Callable,
                         cfg: TrainConfig) -> dict:
-    """Accuracy and F1 of the positive class (label 1) on labelled examples."""
+    """Accuracy and F1 of the positive class (label 1) on labelled examples (batched by length when the
+    examples carry ``input_ids``: fewer padded positions, the same predictions up to padding's rounding)."""
     device = resolve_device(cfg.device)
     model.to(device).eval()
     preds, gold = [], []
-    for b in batches(len(examples), cfg.eval_batch_size, None):
+    order = (np.argsort([len(e["input_ids"]) for e in examples], kind="stable")
+             if len(examples) and isinstance(examples[0], dict) and "input_ids" in examples[0] else None)
+    for b in batches(len(examples), cfg.eval_batch_size, None, order):
         batch = {k: v.to(device) for k, v in collate_fn([examples[i] for i in b]).items()}
         with autocast(device, cfg.precision):
             logits = model(**batch).logits

@@ -11,8 +11,10 @@ Its **token embeddings are the pinned encoder's own** (frozen in training and no
 layers, the head) in fp16 safetensors beside a JSON config naming the encoder id it reuses; loading refuses
 another encoder (:class:`CrossEncoderMismatchError`). The body is initialised from a BERT-format checkpoint
 (``init``: plain e5 today, any model on the e5 body later). Training (listwise softmax over one positive and
-``negatives`` negatives per query, FlagEmbedding's ``CrossEncoder`` loss) is in :func:`train`; its data in
-:mod:`retrieval.rerank_data`; CLI ``python -m flows.train_reranker``.
+``negatives`` negatives per query, FlagEmbedding's ``CrossEncoder`` loss) is in :func:`train`, on the project's
+one training engine (:func:`model.training.train`: the loss wrapped in a module, the groups in step order, the
+config mapped by :func:`engine_config`); its data in :mod:`retrieval.rerank_data`; CLI
+``python -m flows.train_reranker``.
 """
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from model.training import TrainConfig as EngineConfig
 
 KIND = "cross-encoder"
 CONFIG_FILE, WEIGHTS_FILE = "reranker.json", "reranker.safetensors"
@@ -396,8 +401,9 @@ def load_cross_encoder(part, encoder, encoder_id: str | None = None) -> CrossEnc
 class TrainConfig:
     """steps: optimiser steps (at most; ``max_seconds`` may stop earlier); batch: queries a step; negatives:
     negatives sampled per query (each group is 1 positive + ``negatives``; FlagEmbedding's ``train_group_size``
-    − 1); lr / head_lr: AdamW learning rates of the body and the head, linear warm-up over ``warmup`` steps then
-    linear decay; max_seconds: wall-clock budget; seed: sampling and head init; max_len: tokens of a training
+    − 1); lr / head_lr: AdamW learning rates of the body and the head, linear warm-up from 0 over ``warmup``
+    steps then linear decay to 0 at ``steps``; max_seconds: wall-clock budget; seed: group order, negatives and
+    dropout (the head's init is :meth:`CrossEncoder.from_encoder`'s); max_len: tokens of a training
     pair (None: the reranker's own; shorter trains faster, positions beyond it keep e5's embeddings);
     precision: the forward's autocast (:data:`model.training.PRECISIONS`; ``bf16`` halves a CPU step on
     AVX512-BF16, the weights and the optimiser stay float32); groups_per_forward: groups scored in one forward
@@ -431,75 +437,131 @@ class TrainConfig:
             raise ValueError("TrainConfig: lr, head_lr, max_seconds must be > 0 and warmup >= 0")
 
 
-def _step_batch(groups: Sequence, picks: np.ndarray, n_neg: int, rng) -> tuple[list[str], list[str]]:
-    """Queries and passages of one step: per picked group its positive then ``n_neg`` negatives (sampled
-    without replacement, with replacement when it has fewer)."""
-    qs, ps = [], []
-    for g in picks:
-        q, pos, negs = groups[g]
-        idx = rng.choice(len(negs), n_neg, replace=len(negs) < n_neg)
-        qs += [q] * (n_neg + 1)
-        ps += [pos, *(negs[i] for i in idx)]
-    return qs, ps
+class StepGroups:
+    """The examples of :func:`train` in step order, ``steps x batch`` of them: example ``i`` is group
+    ``order[i mod n]`` as ``(query, [positive, negative, ...])`` with ``negatives`` negatives drawn for it (seeded
+    per (seed, i), without replacement, with replacement when the group has fewer), ``order`` a permutation seeded
+    with ``seed`` (``shuffle``) or the groups as given. Read in this order (``epoch_order``), so step s holds
+    examples s·batch … s·batch + batch − 1: the groups cycled, every step ``batch`` of them."""
+
+    def __init__(self, groups: Sequence, steps: int, batch: int, negatives: int, seed: int, shuffle: bool = True):
+        self.groups, self.n, self.negatives, self.seed = groups, steps * batch, negatives, seed
+        self.order = np.random.default_rng(seed).permutation(len(groups)) if shuffle else np.arange(len(groups))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[str, list[str]]:
+        q, pos, negs = self.groups[self.order[i % len(self.order)]]
+        idx = np.random.default_rng([self.seed, i]).choice(len(negs), self.negatives,
+                                                           replace=len(negs) < self.negatives)
+        return q, [pos, *(negs[j] for j in idx)]
+
+    def epoch_order(self, seed: int, epoch: int) -> np.ndarray:
+        """Step order (:func:`model.training.epoch_order`): the examples as indexed."""
+        return np.arange(self.n)
 
 
-def _optimizer(m, cfg: TrainConfig):
-    """(trained body parameters, AdamW over them and the head at their learning rates, the linear warm-up/decay
-    schedule) for module ``m``."""
+def collate_groups(items: Sequence[tuple[str, list[str]]], ce: CrossEncoder, max_len: int | None = None) -> dict:
+    """A training batch of :class:`StepGroups` examples: ``input_ids`` and ``attention_mask`` (groups x
+    passages, width) of every ``[CLS] q [SEP] p [SEP]`` pair (:meth:`CrossEncoder.encode`), group after group,
+    each group's positive first."""
+    ids, mask = ce.encode([q for q, ps in items for _ in ps], [p for _, ps in items for p in ps], max_len)
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _listwise_class():
+    """The training module (defined lazily so that importing this file does not import torch)."""
     torch = _torch()
-    body = [p for n, p in m.named_parameters() if p.requires_grad and not n.startswith("head.")]
-    opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr}, {"params": list(m.head.parameters()),
-                                                                "lr": cfg.head_lr}], weight_decay=0.01)
-    decay = max(cfg.steps - cfg.warmup, 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / max(cfg.warmup, 1), max(0.0, (cfg.steps - s) / decay)))
-    return body, opt, sched
+    from types import SimpleNamespace
+
+    class ListwiseLoss(torch.nn.Module):
+        """``module`` (a ``CrossEncoderModule``) under the listwise loss, for :func:`model.training.train`:
+        ``forward(input_ids, attention_mask)`` (pairs of consecutive groups of ``group`` passages, the positive
+        first) → ``.loss``, the mean over groups of the cross-entropy of the softmax over a group's scores with
+        the positive as the target. Scored ``per_forward`` groups a forward pass, each pass cut to its own
+        longest pair."""
+
+        def __init__(self, module, group: int, per_forward: int):
+            super().__init__()
+            self.module, self.group, self.per_forward = module, group, per_forward
+
+        def forward(self, input_ids, attention_mask):
+            g, parts = self.group * self.per_forward, []
+            for i in range(0, len(input_ids), g):
+                mask = attention_mask[i:i + g]
+                width = int(mask.sum(1).max())
+                parts.append(self.module(input_ids[i:i + g, :width], mask[:, :width]))
+            scores = torch.cat(parts).float().view(-1, self.group)
+            target = torch.zeros(len(scores), dtype=torch.long, device=scores.device)
+            return SimpleNamespace(loss=torch.nn.functional.cross_entropy(scores, target))
+
+    return ListwiseLoss
+
+
+def _step_log_class():
+    """The progress callback of :func:`train` (defined lazily, as :func:`_listwise_class`)."""
+    from model.training import Callback
+
+    class StepLog(Callback):
+        """Every step's loss in ``losses``; ``step s: loss L (t s)`` at step 1 and every 10th, L the mean of the
+        last 10 steps, t the seconds since ``start``."""
+
+        def __init__(self, log: Callable[[str], None], start: float):
+            self.log, self.start, self.losses = log, start, []
+
+        def on_step(self, loop) -> None:
+            self.losses.append(loop.state.losses[-1])
+            step = loop.state.step
+            if step % 10 == 0 or step == 1:
+                self.log(f"step {step}: loss {np.mean(self.losses[-10:]):.4f} "
+                         f"({time.perf_counter() - self.start:.0f} s)")
+
+    return StepLog
+
+
+def engine_config(cfg: TrainConfig, device) -> EngineConfig:
+    """``cfg`` on the training engine (:class:`model.training.TrainConfig`): ``steps`` optimiser steps of
+    ``batch`` groups, warm-up of ``warmup`` steps then linear decay to 0, AdamW (weight decay 0.01; none on
+    biases and LayerNorms), the head at ``head_lr`` (``lr_scales`` of the ``module.head`` prefix), gradient
+    norm clipped at 1, on ``device`` (the module's), no worker processes (collation tokenises), no state saved."""
+    from model.training import TrainConfig as EngineConfig
+
+    return EngineConfig(max_steps=cfg.steps, batch_size=cfg.batch, lr=cfg.lr, warmup_steps=cfg.warmup,
+                        weight_decay=0.01, seed=cfg.seed, device="cpu" if device.type == "cpu" else str(device),
+                        log_every=10, save_every=0, num_workers=0, precision=cfg.precision,
+                        lr_scales=f"module.head={cfg.head_lr / cfg.lr!r}")
 
 
 def train(ce: CrossEncoder, groups: Sequence[tuple[str, str, Sequence[str]]], cfg: TrainConfig = TrainConfig(),
           log: Callable[[str], None] = print, shuffle: bool = True) -> dict:
-    """Fine-tune ``ce`` in place on ``groups`` (query, positive passage, negative passages): per step the next
-    ``batch`` groups (in a seeded random order, or as given without ``shuffle``; cycled), loss = cross-entropy
-    of the softmax over each group's scores with the positive as the target (the listwise loss of
-    FlagEmbedding's reranker). The token embeddings stay frozen. Returns
-    ``{steps, seconds, loss_first, loss_last, pairs_per_second}``.
+    """Fine-tune ``ce`` in place on ``groups`` (query, positive passage, negative passages) on the training engine
+    (:func:`model.training.train`, :func:`engine_config`): per step the next ``batch`` groups (in a seeded random
+    order, or as given without ``shuffle``; cycled; :class:`StepGroups`), loss = cross-entropy of the softmax over
+    each group's scores with the positive as the target (the listwise loss of FlagEmbedding's reranker), until
+    ``steps`` or ``max_seconds`` (:class:`model.training.TimeBudget`). The token embeddings stay frozen; the
+    module ends in eval mode. Returns ``{steps, seconds, loss_first, loss_last, pairs_per_second}`` (losses: the
+    mean of the first / last 10 steps' listwise losses, nats).
 
     Raises:
         ValueError: no group has a negative.
     """
-    torch = _torch()
-    from model.training import autocast
+    from functools import partial
+
+    from model.training import TimeBudget, train as run
 
     groups = [g for g in groups if len(g[2])]
     if not groups:
         raise ValueError("cross-encoder training: no query has a negative passage")
-    rng = np.random.default_rng(cfg.seed)
     m = ce.module
-    dev = next(m.parameters()).device
-    body, opt, sched = _optimizer(m, cfg)
-    m.train()
-    t0, losses, step = time.perf_counter(), [], 0
-    order = rng.permutation(len(groups)) if shuffle else np.arange(len(groups))
-    while step < cfg.steps and time.perf_counter() - t0 < cfg.max_seconds:
-        picks = order[(step * cfg.batch + np.arange(cfg.batch)) % len(order)]
-        qs, ps = _step_batch(groups, picks, cfg.negatives, rng)
-        g = (cfg.negatives + 1) * cfg.groups_per_forward  # each forward padded to its own longest pair
-        with autocast(dev, cfg.precision):
-            scores = torch.cat([m(*(t.to(dev) for t in ce.encode(qs[i:i + g], ps[i:i + g], cfg.max_len)))
-                                for i in range(0, len(qs), g)]).view(cfg.batch, cfg.negatives + 1)
-        loss = torch.nn.functional.cross_entropy(scores.float(), torch.zeros(cfg.batch, dtype=torch.long,
-                                                                             device=dev))
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(body + list(m.head.parameters()), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        step += 1
-        if step % 10 == 0 or step == 1:
-            log(f"step {step}: loss {np.mean(losses[-10:]):.4f} ({time.perf_counter() - t0:.0f} s)")
+    budget = TimeBudget(cfg.max_seconds)
+    steps = _step_log_class()(log, budget.start)
+    run(_listwise_class()(m, cfg.negatives + 1, cfg.groups_per_forward),
+        StepGroups(groups, cfg.steps, cfg.batch, cfg.negatives, cfg.seed, shuffle),
+        partial(collate_groups, ce=ce, max_len=cfg.max_len), engine_config(cfg, next(m.parameters()).device),
+        log=lambda _: None, callbacks=[budget, steps])  # the engine's own lines: StepLog's replace them
     m.eval()
-    secs = time.perf_counter() - t0
-    return {"steps": step, "seconds": round(secs, 1), "loss_first": float(np.mean(losses[:10])),
-            "loss_last": float(np.mean(losses[-10:])),
-            "pairs_per_second": round(step * cfg.batch * (cfg.negatives + 1) / max(secs, 1e-9), 2)}
+    secs, n = time.perf_counter() - budget.start, len(steps.losses)
+    return {"steps": n, "seconds": round(secs, 1), "loss_first": float(np.mean(steps.losses[:10])),
+            "loss_last": float(np.mean(steps.losses[-10:])),
+            "pairs_per_second": round(n * cfg.batch * (cfg.negatives + 1) / max(secs, 1e-9), 2)}

@@ -329,6 +329,37 @@ def test_groups_in_one_forward_train_as_one_group_a_forward(tiny):
         TrainConfig(groups_per_forward=0)
 
 
+def test_training_is_seeded_and_ends_at_its_wall_clock_budget(tiny):
+    """Training runs on the engine (model.training.train): the same seed gives the same losses and weights (group
+    order, negatives and dropout seeded); max_seconds ends it after the step that spends the budget
+    (model.training.TimeBudget); the examples cycle the groups, ``batch`` a step, each with its positive first."""
+    import dataclasses
+
+    from retrieval.cross_encoder import CrossEncoder, CrossEncoderConfig, StepGroups, TrainConfig, train
+
+    _, enc, mid = tiny
+    cfg = CrossEncoderConfig(layers=2, max_len=48, max_query=16, depth=6)
+    tcfg = TrainConfig(steps=4, batch=2, negatives=3, lr=3e-3, head_lr=3e-2, warmup=1)
+    texts, runs = policy_docs()["text"].tolist(), []
+    for _ in range(2):
+        ce = CrossEncoder.from_encoder(enc, mid, cfg)
+        runs.append((train(ce, _groups(3), tcfg, log=lambda m: None), ce.score(TOPICS[0][1], texts)))
+    assert runs[0][0]["steps"] == 4 and runs[0][0]["loss_first"] == runs[1][0]["loss_first"]
+    assert np.array_equal(runs[0][1], runs[1][1]) and not ce.module.training
+    stats = train(CrossEncoder.from_encoder(enc, mid, cfg), _groups(3), dataclasses.replace(tcfg, max_seconds=1e-9),
+                  log=lambda m: None)
+    assert stats["steps"] == 1
+    groups = _groups(3)
+    for shuffle in (True, False):
+        data = StepGroups(groups, steps=4, batch=2, negatives=3, seed=5, shuffle=shuffle)
+        queries = [data[i][0] for i in range(len(data))]
+        assert len(data) == 8 and queries == queries[:3] * 2 + queries[:2]
+        assert sorted(queries[:3]) == sorted(g[0] for g in groups)
+        assert all(len(ps) == 4 and ps[0] == groups[[g[0] for g in groups].index(q)][1] for q, ps in
+                   (data[i] for i in range(8)))
+    assert queries[:3] == [g[0] for g in groups]  # shuffle=False: as given
+
+
 def test_hybrid_negatives_fuse_the_dense_and_bm25_rankings(tiny):
     """retrieval.rerank_data.hybrid_search_rows: reciprocal-rank fusion of the encoder's exact dense top k and
     BM25's; with the dense ranking as the second list it is the dense ranking itself."""

@@ -122,6 +122,52 @@ def test_ablation_switches_change_the_architecture():
         LTMConfig(interaction="dot")
 
 
+def _vector_pairs(n_laws: int = 6, per_law: int = 3, dim: int = 16, noise: float = 3.0):
+    """Document matrices where each regulation is its parent law's rows plus ``noise`` x N(0, 1), and the pairs: the
+    first 4 laws' regulations train, the 5th's dev, the 6th's test (one positive per regulation)."""
+    rng = np.random.default_rng(0)
+    mats = {f"law{i}": rng.normal(size=(2, dim)).astype(np.float32) for i in range(n_laws)}
+    rows = []
+    for i in range(n_laws):
+        for j in range(per_law):
+            mats[f"reg{i}-{j}"] = (mats[f"law{i}"] + noise * rng.normal(size=(2, dim))).astype(np.float32)
+            rows.append({"a": f"reg{i}-{j}", "b": f"law{i}", "label": 1,
+                         "split": "train" if i < 4 else ("dev" if i == 4 else "test")})
+    return pd.DataFrame(rows), mats
+
+
+def test_ltm_training_is_seeded_keeps_the_best_dev_epoch_and_stops_early():
+    """train_ltm on the training engine: the same seed gives the same history and weights; the returned model
+    is the best dev epoch's (MRR, then the lower NLL); training stops after `patience` epochs without a better
+    one; every epoch holds the same number of random negatives."""
+    import random
+
+    from docmatch.ranking import rank_metrics
+    from docmatch.train import TrainConfig, dev_nll, epoch_pairs, ltm_scores, train_ltm
+
+    pairs, mats = _vector_pairs()
+    laws = [f"law{i}" for i in range(6)]
+    cfg, tcfg = LTMConfig(dim=16, hidden=16, heads=2, max_segments=2), TrainConfig(epochs=12, patience=2, batch_size=8)
+    runs = [train_ltm(pairs, mats, cfg, tcfg, dev_candidates=laws, log=lambda *_: None) for _ in range(2)]
+    (model, hist), (again, hist2) = runs
+    strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h["epochs"]]  # noqa: E731
+    assert strip(hist) == strip(hist2) and all(torch.equal(a, b) for a, b in
+                                               zip(model.state_dict().values(), again.state_dict().values()))
+    assert [e["epoch"] for e in hist["epochs"]] == list(range(len(hist["epochs"])))
+    assert {"loss", "dev_mrr", "dev_nll", "seconds"} <= set(hist["epochs"][0]) and hist["seconds"] > 0
+    keys = [(e["dev_mrr"], -e["dev_nll"]) for e in hist["epochs"]]
+    best = keys.index(max(keys))
+    assert hist["best_dev_mrr"] == hist["epochs"][best]["dev_mrr"]
+    assert len(keys) < tcfg.epochs and len(keys) - 1 - best == tcfg.patience  # on this data dev MRR drops: it stops
+    dev = pairs[pairs["split"] == "dev"]
+    assert rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), dev, laws)["mrr"] == pytest.approx(
+        hist["best_dev_mrr"], abs=1e-9)
+    assert dev_nll(model, mats, dev, laws) == pytest.approx(hist["epochs"][best]["dev_nll"], abs=1e-9)
+    assert not model.training
+    sizes = {len(epoch_pairs(pairs, random.Random(s), 6)) for s in range(5)}
+    assert sizes == {12 + 12 * 3}  # 12 train positives, each with the 3 other train laws as its negatives
+
+
 def test_segment_cache_embeds_only_missing_rows(tmp_path):
     from docmatch.segments import encoder_cache, segments
     from retrieval.chunks import ChunkConfig

@@ -368,3 +368,103 @@ def test_lr_scales_train_the_named_parameters_faster_and_are_checked():
             TrainConfig(lr_scales=bad)
     with pytest.raises(ValueError, match="no trainable parameter"):
         _optimizer(_model(), TrainConfig(lr_scales="heads=5"))
+
+
+def test_length_grouped_batches_cover_the_epoch_with_little_padding():
+    """transformers' group_by_length sampler, batches shuffled: every example once, similar lengths per batch,
+    the one short batch last, deterministic per seed and epoch."""
+    from model.training import epoch_order, length_grouped_order, rank_batches
+
+    lengths = np.random.default_rng(0).integers(5, 64, 1000)
+    order = length_grouped_order(lengths, 32, np.random.default_rng(1))
+    assert sorted(order.tolist()) == list(range(1000))
+    padded = lambda o: sum(int(lengths[o[i:i + 32]].max()) * len(o[i:i + 32]) for i in range(0, 1000, 32))  # noqa
+    assert padded(order) < 1.1 * lengths.sum() < padded(np.random.default_rng(1).permutation(1000))
+    assert len(order[31 * 32:]) == 1000 - 31 * 32  # the short batch is the last slice
+    data = _examples(100, seed=4)
+    cfg = TrainConfig(batch_size=8, seed=2, group_by_length=True)
+    a, b = epoch_order(data, cfg, 0), epoch_order(data, cfg, 0)
+    assert np.array_equal(a, b) and not np.array_equal(a, epoch_order(data, cfg, 1))
+    assert epoch_order(data, TrainConfig(batch_size=8), 0) is None  # off: a plain shuffle as before
+    spread = [np.ptp([len(data[i]["input_ids"]) for i in bt]) for bt in rank_batches(100, cfg, 0, order=a)[:-1]]
+    assert max(spread) <= 1  # lengths 8..15 over 100 examples: each full batch is one or two lengths
+
+
+def test_frozen_parameters_stay_out_of_kept_and_saved_states_and_a_resume_is_exact(tmp_path):
+    """A frozen parameter never changes, so neither the best-by-dev copy nor the training state holds it;
+    a killed run with frozen parameters and length-grouped batches resumes to the uninterrupted weights."""
+    from model.training import load_trainable_state, trainable_state
+
+    frozen = "bert.embeddings.word_embeddings"
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=1e-3, save_every=2, log_every=100, seed=5, freeze=frozen,
+                      group_by_length=True)
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    whole = _model()
+    train(whole, _examples(), fn, cfg, log=lambda s: None)
+
+    class KillAt(Exception):
+        pass
+
+    from model.training import Callback
+
+    class Stop(Callback):
+        def on_step(self, loop):
+            if loop.state.step == 5:
+                raise KillAt
+
+    with pytest.raises(KillAt):
+        train(_model(), _examples(), fn, cfg, log=lambda s: None, state_dir=tmp_path, callbacks=[Stop()])
+    blob = torch.load(tmp_path / "trainer_state" / "state.pt", weights_only=True)
+    assert f"{frozen}.weight" not in blob["model"] and "classifier.weight" in blob["model"]
+    resumed = _model()
+    train(resumed, _examples(), fn, cfg, log=lambda s: None, state_dir=tmp_path)
+    for (n, p), q in zip(whole.named_parameters(), resumed.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), n
+    kept = trainable_state(resumed, copy=True)
+    assert f"{frozen}.weight" not in kept
+    with pytest.raises(RuntimeError, match="missing"):  # trainable in a fresh model: the state lacks it
+        load_trainable_state(_model(), kept)
+    same = _model()
+    same.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+    load_trainable_state(same, kept)
+    assert torch.equal(same.classifier.weight, resumed.classifier.weight)
+
+
+def test_warmup_steps_set_the_warmup_and_are_checked():
+    """warmup_steps (the cross-encoder's setting) overrides warmup_ratio: lr rises over those steps, then decays
+    linearly to 0 at the last step."""
+    import re
+
+    lines = []
+    cfg = TrainConfig(max_steps=6, batch_size=8, lr=3e-3, warmup_ratio=0.5, warmup_steps=2, log_every=1, save_every=0)
+    train(_model(), _examples(48), lambda ex: collate(ex, 4), cfg, log=lines.append)
+    lrs = [float(m) for m in re.findall(r"lr ([\d.e+-]+)", "\n".join(lines))]  # the lr of the next step
+    assert lrs == pytest.approx([1.5e-3, 3e-3, 2.25e-3, 1.5e-3, 7.5e-4, 0.0])
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError, match="warmup_steps"):
+            TrainConfig(warmup_steps=bad)
+
+
+def test_a_time_budget_and_early_stopping_end_a_run_on_its_best_point():
+    """TimeBudget ends the run after the step that spends it (a last evaluation still runs); EarlyStopping after
+    `patience` evaluations without a new best, the weights of the best point kept; best_metric ranks by several
+    metrics in order (a leading '-': lower is better)."""
+    from model.training import EarlyStopping, TimeBudget, best_key
+
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    cfg = TrainConfig(epochs=5, batch_size=8, lr=1e-3, log_every=1, save_every=0, eval_every=1)
+    dev = _dev_accuracy(_examples(40, seed=2))
+    run = train(_model(), _examples(), fn, cfg, log=lambda s: None, evaluate=dev, callbacks=[TimeBudget(1e-9)])
+    assert run["steps"] == 1 and [p["step"] for p in run["curve"]] == [1]
+    ticks = iter(range(100))
+    model = _model()
+    run = train(model, _examples(), fn, cfg, log=lambda s: None, best_metric="tie,-tick",
+                evaluate=lambda m: {"tie": 1.0, "tick": 3 - abs(next(ticks) - 3), **dev(m)},
+                callbacks=[EarlyStopping(patience=2)])  # tick 0 1 2 3 2 1: the lowest is step 1's
+    assert [p["step"] for p in run["curve"]] == [1, 2, 3] and run["best"]["step"] == 1 and run["steps"] == 3
+    assert dev(model)["accuracy"] == run["curve"][0]["accuracy"]  # the run ends on step 1's weights
+    assert best_key({"a": 0.5, "b": 2.0}, "a,-b") == (0.5, -2.0)
+    with pytest.raises(ValueError, match="max_seconds"):
+        TimeBudget(0)
+    with pytest.raises(ValueError, match="patience"):
+        EarlyStopping(patience=0)
