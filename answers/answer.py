@@ -335,10 +335,33 @@ class Answerer:
         reader = backend.reader(self.scorer_override)
         prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker,
                        docs=docs)
-        answers = reader.read(q, prep, k, self.cfg.passage_chars)
+        answers = with_policy(backend, reader.read(q, prep, k, self.cfg.passage_chars))
         res = result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
                           backend.version, backend.encoder_name, time.perf_counter() - t)
         return res if scope is None else {**res, "scope": scope}
+
+
+def with_policy(backend, answers: list) -> list:
+    """``answers`` (:class:`answers.render.Answer`) each with ``policy``: its document's record in the version
+    (SPEC §2 metadata: jurisdiction, level, issuer, 文号, dates, validity; :func:`retrieval.scoped.policy_fields`)
+    and ``links``, its typed links to other documents (:func:`retrieval.scoped.policy_links`: implements /
+    repeals / cites / repealed_by, each ``{"type", "title", "doc_id", "url"}``, titles and links of documents
+    of the version from its texts). Unchanged on a version without the policy records part."""
+    from dataclasses import replace
+
+    from retrieval.policy_records import POLICY_RECORDS
+    from retrieval.scoped import policy_fields, policy_links
+
+    if not answers or not backend.bundle.has_part(POLICY_RECORDS):
+        return answers
+    out = []
+    for a in answers:
+        links = []
+        for link in policy_links(backend.bundle, a.doc_id):
+            meta = backend.store.get(link["doc_id"])[1] if link["doc_id"] is not None else {}
+            links.append({**link, "title": link["title"] or meta.get("title"), "url": meta.get("url")})
+        out.append(replace(a, policy={**policy_fields(backend.bundle, a.doc_id), "links": links}))
+    return out
 
 
 def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[dict | None, set[str] | None]:

@@ -208,3 +208,26 @@ def render_related(items: list[dict], top: int = 5) -> str:
         rows.append(f'<li>{name} <span class="score">({float(it["score"]):.2f})</span></li>')
     return ('<div class="related"><p>相关政策 (related policies)</p><ol class="related">'
             + "".join(rows) + "</ol></div>")
+
+
+LINK_LABELS = {"implements": "实施", "repeals": "废止", "repealed_by": "被废止于", "cites": "依据"}
+
+
+def render_links(links: list[dict], top: int = 10) -> str:
+    """HTML of a document's typed links (the first ``top``; :func:`retrieval.scoped.policy_links`: implements
+    / repeals / repealed_by / cites, each ``{"type", "title", "doc_id", "url"}``): its type's label, the title
+    escaped, a link only for an http(s) ``url``, "（库外）" when the title is not a document of the version; ""
+    without links."""
+    rows = []
+    for it in (links or [])[:top]:
+        kind = str(it.get("type"))
+        title = html.escape(strip_controls(str(it.get("title") or it.get("doc_id") or ""), one_line=True))
+        url = http_url(it.get("url"))
+        name = (f'<a class="link" href="{html.escape(url, quote=True)}" rel="noopener noreferrer">{title}</a>' if url
+                else f'<span class="link">{title}</span>')
+        outside = "" if it.get("doc_id") is not None else ' <span class="score">（库外）</span>'
+        rows.append(f'<li class="link-{html.escape(kind, quote=True)}"><span class="link-type">'
+                    f'{html.escape(LINK_LABELS.get(kind, kind))}</span> {name}{outside}</li>')
+    if not rows:
+        return ""
+    return '<div class="links"><p>政策关系 (typed links)</p><ul class="links">' + "".join(rows) + "</ul></div>"

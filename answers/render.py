@@ -1,7 +1,8 @@
 """Answers as records and their renderings, in one place (SPEC §9): the typed :class:`Answer` a reader returns,
 its JSON (what ``/api/answer``, ``flows.ask --json`` and the Python API give: the keys they always gave, plus
 ``version`` and, when a version holds document metadata, ``policy``), its text (``flows.ask``) and its HTML
-pieces (the answer page, :mod:`answers.web`).
+pieces (the answer page, :mod:`answers.web`: the source line with its document's policy fields, the facet
+counts of the sources shown).
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def highlight_html(a: dict) -> str:
 def source_html(a: dict) -> str:
     """The source line of a JSON answer ``a`` as HTML: its title linked to its URL when that is an absolute
     http(s) address (anything else, ``javascript:`` first, is shown as escaped text beside the title, never as
-    a link), its source, date and char offsets."""
+    a link), its source, date and char offsets; then, when the answer carries them, its document's policy fields
+    (:func:`policy_html`)."""
     from crawler.csv_import import http_url
     from crawler.textsafe import strip_controls
 
@@ -115,4 +117,109 @@ def source_html(a: dict) -> str:
     else:
         link = f'<span class="source">{title}</span>'
     meta = " · ".join(html.escape(str(x)) for x in (a.get("source"), a.get("pubtime")) if x)
-    return f"{link} <span class=\"meta\">{meta} · 第 {a['start']}–{a['end']} 字</span>"
+    pol = policy_html(a.get("policy"))
+    line = f"{link} <span class=\"meta\">{meta} · 第 {a['start']}–{a['end']} 字</span>"
+    return line + (f"<br>{pol}" if pol else "")
+
+
+UNKNOWN = {"level": "其他", "validity": "未知"}  # record values that say a field is not known: not shown
+NATIONAL = "000000"  # the division code of 全国 (policy.divisions.NATIONAL)
+FACETS = (("place", "地区"), ("level", "层级"), ("year", "年份"), ("validity", "有效性"))
+
+
+def policy_date(p: dict) -> tuple[str, str] | None:
+    """``(label, ISO date)`` shown for a document: its published date (发布), else its effective date (施行)."""
+    if p.get("published_date"):
+        return "发布", str(p["published_date"])[:10]
+    if p.get("effective_date"):
+        return "施行", str(p["effective_date"])[:10]
+    return None
+
+
+def policy_html(p: dict | None) -> str:
+    """The policy fields of a source (SPEC §2 metadata) as escaped HTML: jurisdiction name, level, 文号, date
+    (published, else effective) and validity, each only when known (a missing field, level 其他 and validity 未知
+    are left out); "" when none is."""
+    if not p:
+        return ""
+    jur = (p.get("jurisdiction") or {}).get("name") if isinstance(p.get("jurisdiction"), dict) else None
+    day = policy_date(p)
+    fields = (("jurisdiction", jur), ("level", p.get("level")), ("doc-number", p.get("doc_number")),
+              ("date", f"{day[0]} {day[1]}" if day else None), ("validity", p.get("validity")))
+    parts = [(cls, v) for cls, v in fields if v and v != UNKNOWN.get(cls)]
+    if not parts:
+        return ""
+    inner = " · ".join(f'<span class="{cls}">{html.escape(str(v))}</span>' for cls, v in parts)
+    return f'<span class="policy">{inner}</span>'
+
+
+def facet_counts(answers: list[dict]) -> dict[str, list[dict]]:
+    """Counts of the documents of ``answers`` (JSON answers; each document once) by place, level, year and
+    validity, from their ``policy`` fields: ``{facet: [{"value", "count", "filter"}]}`` (most first; ``filter``:
+    the request fields that narrow to that value, None where no filter does: an unknown value, 全国 (a place
+    filter keeps a place's parents and children: 全国 would keep every place), a validity other than 有效). {}
+    when no answer carries policy fields."""
+    seen, rows = set(), []
+    for a in answers:
+        if a.get("doc_id") in seen or not isinstance(a.get("policy"), dict):
+            continue
+        seen.add(a.get("doc_id"))
+        rows.append(a["policy"])
+    if not rows:
+        return {}
+    counts: dict[str, dict] = {f: {} for f, _ in FACETS}
+    for p in rows:
+        jur = p.get("jurisdiction") if isinstance(p.get("jurisdiction"), dict) else {}
+        day = next((str(p[k])[:10] for k in ("published_date", "effective_date", "written_date") if p.get(k)), None)
+        year = day[:4] if day else None
+        level = p.get("level") if p.get("level") not in (None, UNKNOWN["level"]) else None
+        validity = p.get("validity") if p.get("validity") not in (None, UNKNOWN["validity"]) else None
+        for facet, value, flt in (
+                ("place", jur.get("name"),
+                 {"region": jur["code"]} if jur.get("code") not in (None, NATIONAL) else None),
+                ("level", level, {"level": level}), ("year", year, {"from": year, "to": year}),
+                ("validity", validity, {"in_force": "1"} if validity == "有效" else None)):
+            key = value or "未知"
+            got = counts[facet].setdefault(key, {"value": key, "count": 0, "filter": flt if value else None})
+            got["count"] += 1
+    return {f: sorted(c.values(), key=lambda x: (-x["count"], x["value"])) for f, c in counts.items()}
+
+
+def facets_html(counts: dict[str, list[dict]], base: dict) -> str:
+    """HTML of :func:`facet_counts` under an answer: one line per facet, each value with its count, a link to the
+    same question narrowed to it (``/?`` + ``base``, the request's fields, with the value's filter) where a
+    filter can; escaped. "" without counts."""
+    from urllib.parse import urlencode
+
+    if not counts:
+        return ""
+    lines = []
+    for facet, name in FACETS:
+        items = []
+        for it in counts.get(facet) or []:
+            text = f'{html.escape(it["value"])} ({it["count"]})'
+            if it["filter"]:
+                href = "/?" + urlencode({**{k: v for k, v in base.items() if v not in (None, "")}, **it["filter"]})
+                text = f'<a class="facet" href="{html.escape(href, quote=True)}">{text}</a>'
+            items.append(text)
+        if items:
+            lines.append(f'<li class="facet-{facet}">{name}：{" · ".join(items)}</li>')
+    return f'<div class="facets" id="facets"><p>来源分布</p><ul>{"".join(lines)}</ul></div>'
+
+
+def scope_html(scope: dict | None, base: dict) -> str:
+    """The scope an answer was searched in (``scope`` of the result: its ``label``, ``inferred``), escaped, with
+    a link that widens it to the whole corpus (``/?`` + ``base``, the request's fields, without its filters and
+    with ``infer_scope=0``) when it restricts anything; "" for an unscoped result."""
+    from urllib.parse import urlencode
+
+    if not isinstance(scope, dict) or not scope.get("label"):
+        return ""
+    label = html.escape(str(scope["label"])) + ("（由问题推断）" if scope.get("inferred") else "")
+    restricts = any(scope.get(f) for f in ("region", "level", "issuer", "from", "to", "in_force"))
+    widen = ""
+    if restricts:
+        keep = {k: v for k, v in base.items() if k in ("q", "k") and v not in (None, "")}
+        href = "/?" + urlencode({**keep, "infer_scope": "0"})
+        widen = f' <a class="widen" href="{html.escape(href, quote=True)}">不限范围</a>'
+    return f'<p class="scope" id="scope">{label}{widen}</p>'

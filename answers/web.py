@@ -1,15 +1,21 @@
 """The answer page (SPEC §9): FastAPI with server-rendered HTML, no build step.
 
-``GET /`` shows the question box (``?q=…&k=…`` answers too), ``POST /ask`` takes the form body
+``GET /`` shows the question box (``?q=…&k=…`` answers too, with the same scope fields as ``/api/answer``),
+``POST /ask`` takes the form body
 (``application/x-www-form-urlencoded``, decoded strictly as UTF-8), ``GET /api/answer?q=…&k=…`` returns the
 JSON of :meth:`answers.answer.Answerer.answer` (scoped by ``region``, ``level``, ``issuer``, ``from``, ``to``,
 ``in_force`` and, unless ``infer_scope=0``, the places the question names: its ``scope`` field holds the
 scope and its ``label``, :func:`scope_params`; a bad filter is a 400); ``GET /related?doc_id=…&k=10`` (or ``?external_id=…``) the
 related policies of a document of the serving version (SPEC §12, :mod:`answers.related_view`: 400 for a bad
 ``k`` or id, 404 with the reason when the version has no ``related`` part). The answer is shown highlighted in
-its passage with its source link and, beside each source, its top 5 related policies (server-rendered, so the
-page still runs no script), then the other documents' answers; the footer names the index version and the
-encoder. A bad question, ``k`` or body is an HTTP 400 page saying what is wrong; the server keeps serving.
+its passage with its source link and its document's policy fields (jurisdiction, level, 文号, date,
+validity), beside each source its typed links (implements / repeals / repealed by / cites, from its policy
+record) and its top 5 related policies (server-rendered, so the page still runs no script), then the other
+documents' answers, and under them the facet counts of the sources shown (place / level / year / validity, each
+a link narrowing the question to it). The form's facets (place, level, year range, in force, inference of the
+place from the question) are the scope fields of ``/api/answer`` (:data:`FORM_FIELDS`); the scope applied is
+shown with the answer (``范围：浙江省 + 国家``) with a link that widens it. The footer names the index version and
+the encoder. A bad question, ``k`` or body is an HTTP 400 page saying what is wrong; the server keeps serving.
 Every request reads ``index/CURRENT`` once (through the answerer), and nothing is written to the data dir.
 
 Hostile input (:class:`Limits`): a source link is an ``<a href>`` only for an absolute http(s) URL
@@ -35,7 +41,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 
 from answers.answer import AnswerInputError
-from answers.render import highlight_html, source_html
+from answers.render import facet_counts, facets_html, highlight_html, scope_html, source_html
 
 log = logging.getLogger(__name__)
 
@@ -71,14 +77,17 @@ class BodyError(Exception):
 
 PAGE = """<!doctype html><html lang="zh"><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:"WenQuanYi Zen Hei",sans-serif;max-width:60rem;margin:1.5rem auto;padding:0 1rem;color:#222}}
-form{{display:flex;gap:.5rem}} input[name=q]{{flex:1;font-size:1.1rem;padding:.4rem}} mark{{background:#ffe066}}
+form .row{{display:flex;gap:.5rem;flex-wrap:wrap;align-items:center;margin:.3rem 0}} .facet-form{{font-size:.9rem}}
+input[name=q]{{flex:1;font-size:1.1rem;padding:.4rem}} mark{{background:#ffe066}} .scope{{color:#345}}
+.policy{{color:#444;font-size:.9rem}} .facets{{font-size:.9rem;color:#444}} .facets ul{{margin:.2rem 0}}
 .answer{{border:1px solid #ccc;border-radius:6px;padding:.8rem 1rem;margin:1rem 0}} .score{{color:#555}}
 .error{{color:#a00;font-weight:bold}} .none{{color:#a60}} footer{{margin-top:2rem;color:#777;font-size:.85rem}}
-li{{margin:.4rem 0}} .related{{font-size:.9rem;margin:.3rem 0 0 1rem}} .related ol{{margin:.2rem 0}}
-.related li{{margin:.1rem 0}}</style></head><body>
+li{{margin:.4rem 0}} .related,.links{{font-size:.9rem;margin:.3rem 0 0 1rem}} .related ol,.links ul{{margin:.2rem 0}}
+.related li,.links li{{margin:.1rem 0}} .link-type{{color:#555}}</style></head><body>
 <h1>政策问答</h1>
-<form method="post" action="/ask"><input name="q" value="{q}" placeholder="输入问题，例如：什么是数据基础制度体系？" autofocus>
-<input name="k" type="number" min="1" max="{max_k}" value="{k}" style="width:4rem"><button type="submit">提问</button></form>
+<form method="post" action="/ask"><div class="row"><input name="q" value="{q}" placeholder="输入问题，例如：什么是数据基础制度体系？" autofocus>
+<input name="k" type="number" min="1" max="{max_k}" value="{k}" style="width:4rem"><button type="submit">提问</button></div>
+{facets}</form>
 {body}
 <footer>{footer}</footer></body></html>"""
 
@@ -86,33 +95,84 @@ li{{margin:.4rem 0}} .related{{font-size:.9rem;margin:.3rem 0 0 1rem}} .related 
 _source, _highlight = source_html, highlight_html  # one rendering of an answer: answers.render
 
 
-def render_result(r: dict, related: dict | None = None) -> str:
-    """HTML of an answer result: the answer (or "no answer found"), its passage and source, other hits; beside
-    each source, its related policies when ``related`` (doc_id -> items of
-    :meth:`answers.related_view.RelatedViews.lookup`) has them (:func:`answers.related_view.render_related`)."""
-    from answers.related_view import render_related
+def render_result(r: dict, related: dict | None = None, base: dict | None = None) -> str:
+    """HTML of an answer result: the scope it was searched in (:func:`answers.render.scope_html`), the answer (or
+    "no answer found"), its passage and source (with its policy fields, :func:`answers.render.source_html`),
+    other hits, then the facet counts of the sources shown (:func:`answers.render.facets_html`); beside each
+    source, its typed links (:func:`answers.related_view.render_links`) and its related policies when ``related``
+    (doc_id -> items of :meth:`answers.related_view.RelatedViews.lookup`) has them
+    (:func:`answers.related_view.render_related`). ``base``: the request's fields, kept by the page's links
+    (default: the question alone)."""
+    from answers.related_view import render_links, render_related
 
     rel = related or {}
+    base = base if base is not None else {"q": r.get("question")}
     ans = r["answers"]
+    scope = scope_html(r.get("scope"), base)
     if not ans:
-        return '<p class="none">未找到答案（没有检索到相关文档）。</p>'
+        return scope + '<p class="none">未找到答案（没有检索到相关文档）。</p>'
+
+    def beside(x: dict) -> str:
+        return render_links((x.get("policy") or {}).get("links") or []) + render_related(rel.get(x["doc_id"]) or [])
+
     a = ans[0]
     head = (f'<p>答案 <span class="score">(置信度 {a["score"]:.2f})</span></p>' if r["found"] else
             f'<p class="none">未找到可靠答案（最高置信度 {a["score"]:.2f} &lt; {r["threshold"]:.2f}），最接近的段落：</p>')
-    out = [f'<div class="answer" id="answer">{head}<p class="passage">{_highlight(a)}</p><p>来源：{_source(a)}</p>'
-           f'{render_related(rel.get(a["doc_id"]) or [])}</div>']
+    out = [scope, f'<div class="answer" id="answer">{head}<p class="passage">{_highlight(a)}</p><p>来源：{_source(a)}</p>'
+           f'{beside(a)}</div>']
     if len(ans) > 1:
         out.append('<h2>其他文档</h2><ol id="others">')
         for b in ans[1:]:
             out.append(f'<li><span class="score">({b["score"]:.2f})</span> {html.escape(b["text"][:200])}<br>'
-                       f'{_source(b)}{render_related(rel.get(b["doc_id"]) or [])}</li>')
+                       f'{_source(b)}{beside(b)}</li>')
         out.append("</ol>")
-    return "\n".join(out)
+    out.append(facets_html(facet_counts(ans), base))
+    return "\n".join(x for x in out if x)
 
 
-def page(body: str, q: str = "", k: int = 3, footer: str = "", max_k: int = 20) -> str:
-    """The whole page around ``body`` (question box filled with ``q``)."""
-    return PAGE.format(title="政策问答", q=html.escape(q), k=k, max_k=max_k, body=body, footer=footer)
+# the form's scope fields: those of /api/answer (retrieval.scope.FILTER_FIELDS but issuer, plus infer_scope)
+FORM_FIELDS = ("region", "level", "from", "to", "in_force", "infer_scope")
+
+
+def form_state(params) -> dict:
+    """The form's scope fields of a request (``params``: its query or form fields, last value wins), as shown
+    back in the form: ``region``, ``level``, ``from``, ``to`` (strings), ``in_force`` and ``infer_scope``
+    (booleans; inference is on unless ``infer_scope`` is 0/false/no/off)."""
+    params = params or {}
+    out = {f: str(params.get(f) or "")[:1000] for f in ("region", "level", "from", "to")}
+    flag = str(params.get("in_force") or "").strip().lower()
+    out["in_force"] = flag in ("1", "true", "yes", "on")
+    out["infer_scope"] = str(params.get("infer_scope", "1")).strip().lower() not in ("0", "false", "no", "off")
+    return out
+
+
+def facet_form(form: dict | None = None, levels=()) -> str:
+    """The form's facet controls, filled from ``form`` (:func:`form_state`), escaped: place (text), level (a
+    select of ``levels``, the levels present in the served records, plus the one asked), year range (from/to),
+    in force (checkbox) and whether the question's places scope it (checkbox over a hidden ``infer_scope=0``,
+    so an unchecked box turns inference off)."""
+    f = form or form_state({})
+    esc = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    opts = [""] + list(dict.fromkeys([*levels, *([f["level"]] if f["level"] else [])]))
+    options = "".join(f'<option value="{esc(v)}"{" selected" if v == f["level"] else ""}>{esc(v) or "不限"}</option>'
+                      for v in opts)
+    on = lambda b: " checked" if b else ""  # noqa: E731
+    return ('<div class="row facet-form" id="facet-form">'
+            f'<label>地区 <input name="region" value="{esc(f["region"])}" placeholder="如：浙江省" size="10"></label>'
+            f'<label>层级 <select name="level">{options}</select></label>'
+            f'<label>年份 <input name="from" value="{esc(f["from"])}" placeholder="起" size="6"></label>'
+            f'<label>至 <input name="to" value="{esc(f["to"])}" placeholder="止" size="6"></label>'
+            f'<label><input type="checkbox" name="in_force" value="1"{on(f["in_force"])}> 现行有效</label>'
+            '<input type="hidden" name="infer_scope" value="0">'
+            f'<label><input type="checkbox" name="infer_scope" value="1"{on(f["infer_scope"])}> 按问题推断地区</label>'
+            '</div>')
+
+
+def page(body: str, q: str = "", k: int = 3, footer: str = "", max_k: int = 20, form: dict | None = None,
+         levels=()) -> str:
+    """The whole page around ``body`` (question box filled with ``q``, facets with ``form``: :func:`facet_form`)."""
+    return PAGE.format(title="政策问答", q=html.escape(q), k=k, max_k=max_k, body=body, footer=footer,
+                       facets=facet_form(form, levels))
 
 
 def parse_form(body: bytes) -> tuple[str, str]:
@@ -121,11 +181,22 @@ def parse_form(body: bytes) -> tuple[str, str]:
     Raises:
         AnswerInputError: the body (or a percent-escape in it) is not valid UTF-8.
     """
+    fields = parse_form_fields(body)
+    return fields.get("q", ""), fields.get("k", "3")
+
+
+def parse_form_fields(body: bytes) -> dict:
+    """Every field of an urlencoded form body, ``{name: value}`` (``q`` and ``k`` the first value given, the
+    others the last: a checkbox after its hidden default).
+
+    Raises:
+        AnswerInputError: the body (or a percent-escape in it) is not valid UTF-8.
+    """
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
         raise AnswerInputError("the form body is not valid UTF-8") from None
-    return (fields.get("q") or [""])[0], (fields.get("k") or ["3"])[0]
+    return {name: values[0] if name in ("q", "k") else values[-1] for name, values in fields.items() if values}
 
 
 def parse_k(text) -> int:
@@ -255,18 +326,30 @@ class _Pages:
                 return "索引暂不可用"
         return f'索引版本 <span id="version">{html.escape(r["version"])}</span> · 编码器 {html.escape(r["encoder"])}'
 
+    def levels(self) -> tuple[str, ...]:
+        """The document levels of the serving version's policy records (the form's level select); () without
+        an index or the part (the reason is logged)."""
+        from retrieval.policy_records import POLICY_PART, POLICY_RECORDS
+
+        try:
+            bundle = self.answerer.backend().bundle
+            return tuple(bundle.load(POLICY_PART).levels) if bundle.has_part(POLICY_RECORDS) else ()
+        except Exception as exc:  # noqa: BLE001 - the page still shows, with a level select of its own
+            log.info("answer page without levels: %s", exc)
+            return ()
+
     def html(self, body: str, status: int = 200, q: str = "", k: int = 3, footer: str | None = None,
-             headers: dict | None = None):
+             headers: dict | None = None, form: dict | None = None):
         from fastapi.responses import HTMLResponse
 
         text = page(body, q[:1000] if isinstance(q, str) else "", k, self.footer() if footer is None else footer,
-                    self.max_k)
+                    self.max_k, form, self.levels() if status < 500 else ())
         return HTMLResponse(text, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
-    def error(self, status: int, message: str, q: str = "", headers: dict | None = None):
-        """An error page (400s name the problem; 500s are generic and carry no footer)."""
+    def error(self, status: int, message: str, q: str = "", headers: dict | None = None, form: dict | None = None):
+        """An error page (400s name the problem and keep the form's fields; 500s are generic and carry no footer)."""
         body = f'<p class="error" id="error">{html.escape(message)}</p>'
-        return self.html(body, status, q, footer=None if status < 500 else "", headers=headers)
+        return self.html(body, status, q, footer=None if status < 500 else "", headers=headers, form=form)
 
     def answer(self, q, k: int, filters: dict | None = None, infer_scope: bool = False) -> dict | None:
         """``answerer.answer(q, k)`` in one of the answering slots, scoped by ``filters`` / ``infer_scope``
@@ -280,16 +363,23 @@ class _Pages:
         finally:
             self.slots.release()
 
-    def respond(self, q: str, k_text):
-        """The answer page of ``q`` (400 for a bad question or ``k``, 503 when every slot stayed busy)."""
+    def respond(self, q: str, k_text, params=None):
+        """The answer page of ``q`` scoped by the request's facet fields ``params`` (:data:`FORM_FIELDS`, as
+        :func:`scope_params` reads them for ``/api/answer``: inference on unless ``infer_scope`` is off); 400 for a
+        bad question, ``k`` or facet value (the message names it), 503 when every slot stayed busy."""
+        form = form_state(params)
         try:
             k = parse_k(k_text)
-            r = self.answer(q, k)
+            filters, infer = scope_params({f: v for f, v in (params or {}).items() if f in FORM_FIELDS})
+            r = self.answer(q, k, filters, infer)
         except AnswerInputError as exc:
-            return self.error(400, f"输入有误：{exc}", q)
+            return self.error(400, f"输入有误：{exc}", q, form=form)
         if r is None:
             return self.error(503, self.busy, q, {"Retry-After": "5"})
-        return self.html(render_result(r, self.related_of(r)), q=r["question"], k=k, footer=self.footer(r))
+        base = {"q": r["question"], "k": k, **{f: form[f] for f in ("region", "level", "from", "to")},
+                "in_force": "1" if form["in_force"] else "", "infer_scope": "" if form["infer_scope"] else "0"}
+        return self.html(render_result(r, self.related_of(r), base), q=r["question"], k=k, footer=self.footer(r),
+                         form=form)
 
     def respond_json(self, q: str, k_text, params=None):
         from fastapi.responses import JSONResponse
@@ -341,6 +431,32 @@ def scope_params(params) -> tuple[dict, bool]:
     return filters, infer
 
 
+def add_lookup_route(app, answerer) -> None:
+    """``GET /api/lookup?q=…`` on ``app``: the JSON of :meth:`retrieval.lookup.Catalog.lookup` over the serving
+    version of ``answerer``'s data dir (a 文号 or 《title》, optionally with 第…条; SPEC §2 metadata, §7): 200 found,
+    404 not found (the same JSON, its ``reason``), 400 a bad ``q`` (empty, over 300 chars, control characters, no
+    document named); 404 when the answerer has no data dir. Behind the service's key and rate-limit gate as every
+    ``/api/`` route (:class:`answers.service.app.Gate`)."""
+    from pathlib import Path
+
+    from fastapi.responses import JSONResponse
+
+    from retrieval.lookup import LookupInputError, Lookups
+
+    data_dir = getattr(answerer, "data_dir", None)
+    lookups = Lookups(Path(data_dir) / "index") if data_dir is not None else None
+
+    @app.get("/api/lookup")
+    def api_lookup(q: str = ""):
+        if lookups is None:
+            return JSONResponse({"error": "lookups are not served here"}, status_code=404)
+        try:
+            r = lookups.lookup(q)
+        except LookupInputError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(r, status_code=200 if r["found"] else 404)
+
+
 def create_app(answerer, limits: Limits = Limits(), related=None):
     """The FastAPI app over an :class:`~answers.answer.Answerer`, bounded by ``limits``; ``related``: the
     :class:`~answers.related_view.RelatedViews` behind ``GET /related`` and the page's related lists (default:
@@ -359,18 +475,19 @@ def create_app(answerer, limits: Limits = Limits(), related=None):
     app.add_exception_handler(Exception, pages.internal_error)
 
     @app.get("/", response_class=HTMLResponse)
-    def home(q: str | None = None, k: str = "3"):
-        return pages.html("") if q is None else pages.respond(q, k)
+    def home(request: Request, q: str | None = None, k: str = "3"):
+        params = request.query_params
+        return pages.html("", form=form_state(params)) if q is None else pages.respond(q, k, params)
 
     @app.post("/ask", response_class=HTMLResponse)
     async def ask(request: Request):
         try:
-            q, k = parse_form(await read_form_body(request, limits))
+            fields = parse_form_fields(await read_form_body(request, limits))
         except BodyError as exc:
             return await run_in_threadpool(pages.error, exc.status, f"请求有误：{exc}", "", {"Connection": "close"})
         except AnswerInputError as exc:
             return await run_in_threadpool(pages.error, 400, f"输入有误：{exc}")
-        return await run_in_threadpool(pages.respond, q, k)
+        return await run_in_threadpool(pages.respond, fields.get("q", ""), fields.get("k", "3"), fields)
 
     @app.get("/api/answer")
     def api(request: Request, q: str = "", k: str = "3"):
@@ -386,4 +503,5 @@ def create_app(answerer, limits: Limits = Limits(), related=None):
         column = "doc_id" if doc_id is not None else "external_id"
         return pages.respond_related(doc_id if doc_id is not None else external_id, column, k)
 
+    add_lookup_route(app, answerer)
     return app

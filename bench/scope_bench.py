@@ -12,9 +12,17 @@ text after the article number, first 24 chars, is the clause keywords; the quest
 
 Reports hit@1 (gold doc first) and in-scope@5 (share of the top-5 docs whose jurisdiction is the asked place, inside it,
 a parent or national) for: ``bm25`` (no scope), ``gold_scope`` (the asked place as filter, applied inside the
-ranking: scores outside zeroed), ``inferred`` (:func:`retrieval.scope.scope_from_question`).
+ranking: scores outside zeroed), ``inferred`` (:func:`retrieval.scope.scope_from_question`), and the cost of the
+allowed-documents step alone (``allowed_ms``): p50 / mean ms per question of :func:`retrieval.scope.allowed_docs`
+recomputed, and of :class:`retrieval.scope.AllowedCache` warm (its scopes computed once before timing).
+
+``--data-dir DIR`` measures the serving search instead (:func:`serving`): the version ``DIR/index/CURRENT`` names,
+questions ``"<place> <title>"`` on its documents of a known place below 全国, warm p50 per question of the
+unscoped search, the search scoped to the place (explicit ``region``, :func:`retrieval.scoped.scoped_docs`: the
+allowed set cached per scope) and the same scope with the allowed set recomputed per question.
 
     .venv/bin/python -m bench.scope_bench --corpus /work/shared/corpora/lawrefbook.jsonl.gz --out scope.json
+    .venv/bin/python -m bench.scope_bench --data-dir data --rounds 5
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ import bm25s
 import numpy as np
 
 from policy import divisions as D
-from retrieval.scope import allowed_docs, parse_filters, scope_from_question
+from retrieval.scope import AllowedCache, allowed_docs, parse_filters, scope_from_question
 
 _CLAUSE = re.compile(r"^第[一二三四五六七八九十百零〇]+条\s*(.{20,})$")
 
@@ -131,7 +139,99 @@ def run(corpus: str, seed: int = 0, n: int = 300, sample: int | None = None) -> 
         res[m] = {"hit@1": round(res[m]["hit@1"] / len(qs), 4), "in_scope@5": round(res[m]["in_scope@5"] / len(qs), 4),
                   "ms_per_query_rank": round(1000 * res[m]["seconds"] / len(qs), 2)}
     return {"corpus": corpus, "docs": len(rows), "questions": len(qs), "seed": seed, "bm25_build_s": round(build_s, 1),
-            "inferred_scope_differs": wrong_scope, "systems": res, "examples": qs[:3]}
+            "inferred_scope_differs": wrong_scope, "systems": res,
+            "allowed_ms": allowed_cost([parse_filters({"region": q["region"]}, divs) for q in qs], records, divs),
+            "examples": qs[:3]}
+
+
+def _ms(times: list[float]) -> dict:
+    return {"p50": round(1000 * float(np.median(times)), 3), "mean": round(1000 * float(np.mean(times)), 3)}
+
+
+def allowed_cost(scopes: list, records: list[dict], divs) -> dict:
+    """ms per question of the allowed-documents step: :func:`allowed_docs` recomputed, and
+    :class:`AllowedCache` warm (each scope computed once before timing); checks both give the same sets."""
+    cache = AllowedCache(records, divs, maxsize=max(64, len(scopes)))
+    for s in scopes:
+        assert cache.allowed(s) == allowed_docs(s, records, divs)
+    timed: dict[str, list[float]] = {"recomputed": [], "cached": []}
+    for s in scopes:
+        t = time.perf_counter()
+        allowed_docs(s, records, divs)
+        timed["recomputed"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        cache.allowed(s)
+        timed["cached"].append(time.perf_counter() - t)
+    return {m: _ms(v) for m, v in timed.items()}
+
+
+def serving(data_dir: str, rounds: int = 5, k: int = 10, limit: int = 200,
+            modes: tuple[str, ...] = ("sparse", "hybrid"), reuse_vectors: bool = False) -> dict:
+    """Warm p50 of the serving search (module doc) in each of ``modes`` (``sparse``: BM25 alone, where the filter's
+    share shows; ``hybrid``: what ``flows.search`` serves, the query encoder included): ``unscoped``, ``scoped``
+    (the place as ``region``, allowed set cached per scope by :func:`retrieval.scoped.scoped_docs`) and
+    ``scoped_recomputed`` (the same scope, the allowed set recomputed per question), each question once per
+    round in rotating order after a warm-up pass; ``scope_step``: the request's scope and allowed set alone,
+    cached and recomputed; ``allowed``: the mean size of the allowed set. ``reuse_vectors``: each question's query
+    vector computed once (in the warm-up) and reused, so the timings are the search without the query encoder
+    (on a shared machine the encoder's ~30 ms varies by more than the whole filter costs)."""
+    from pathlib import Path
+
+    from retrieval.bundle import load_bundle
+    from retrieval.policy_records import POLICY_PART
+    from retrieval.scoped import request_scope, scoped_docs
+
+    bundle = load_bundle(Path(data_dir) / "index")
+    records = bundle.load(POLICY_PART)
+    if reuse_vectors:
+        encoder, vectors = bundle.retriever.dense.encoder, {}
+        encode = encoder.encode_queries
+
+        def encode_once(texts):
+            key = tuple(texts)
+            if key not in vectors:
+                vectors[key] = encode(list(texts))
+            return vectors[key]
+
+        encoder.encode_queries = encode_once  # this bundle's encoder only
+    plain = list(records.values())
+    titles = dict(zip(bundle.texts["doc_id"].astype(str), bundle.texts["title"].fillna("")))
+    qs = [(f"{r['jurisdiction_name']} {titles.get(d, '')[:24]}", r["jurisdiction_code"]) for d, r in records.items()
+          if r.get("jurisdiction_code") not in (None, D.NATIONAL) and titles.get(d)][:limit]
+
+    def step_cached(q, code):
+        return scoped_docs(bundle, request_scope(q, {"region": code}, infer=False))[1]
+
+    def step_recomputed(q, code):
+        scope = request_scope(q, {"region": code}, infer=False)
+        return allowed_docs(scope, plain, keep_unknown_place=scope.inferred)
+
+    systems = {"scope_step_cached": step_cached, "scope_step_recomputed": step_recomputed}
+    for mode in modes:
+        systems[f"{mode}_unscoped"] = lambda q, code, mode=mode: bundle.pipeline.search(q, k, mode)
+        systems[f"{mode}_scoped"] = lambda q, code, mode=mode: bundle.pipeline.search(
+            q, k, mode, docs=step_cached(q, code))
+        systems[f"{mode}_scoped_recomputed"] = lambda q, code, mode=mode: bundle.pipeline.search(
+            q, k, mode, docs=step_recomputed(q, code))
+    for q, code in qs:  # warm-up: the encoder, the parts, every scope's allowed set; and the same sets
+        assert step_cached(q, code) == step_recomputed(q, code)
+        for f in systems.values():
+            f(q, code)
+    timed: dict[str, list[float]] = {m: [] for m in systems}
+    names = list(systems)
+    for r in range(rounds):
+        for n, (q, code) in enumerate(qs):
+            shift = (r + n) % len(names)
+            for m in names[shift:] + names[:shift]:
+                t = time.perf_counter()
+                systems[m](q, code)
+                timed[m].append(time.perf_counter() - t)
+    sizes = [len(step_cached(q, c)) for q, c in qs]
+    return {"data_dir": str(data_dir), "version": bundle.version, "docs": len(records),
+            "chunks": int(len(bundle.retriever.chunks)), "questions": len(qs), "rounds": rounds, "k": k,
+            "query_vectors_reused": reuse_vectors,
+            "allowed": round(float(np.mean(sizes)), 1) if sizes else 0,
+            "ms": {m: _ms(v) for m, v in timed.items()}, "examples": [q for q, _ in qs[:3]]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,9 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-questions", type=int, default=300)
     p.add_argument("--sample", type=int, default=None, help="index only this many docs (all gold docs kept)")
+    p.add_argument("--data-dir", default=None, help="measure the serving search over this data dir's version")
+    p.add_argument("--rounds", type=int, default=5, help="with --data-dir: timed passes over the questions")
+    p.add_argument("--modes", default="sparse,hybrid", help="with --data-dir: search modes timed (comma-separated)")
+    p.add_argument("--reuse-query-vectors", action="store_true",
+                   help="with --data-dir: encode each question once, time the search without the encoder")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    out = json.dumps(run(a.corpus, a.seed, a.max_questions, a.sample), ensure_ascii=False, indent=1)
+    got = (serving(a.data_dir, a.rounds, modes=tuple(a.modes.split(",")), reuse_vectors=a.reuse_query_vectors)
+           if a.data_dir else run(a.corpus, a.seed, a.max_questions, a.sample))
+    out = json.dumps(got, ensure_ascii=False, indent=1)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             f.write(out)

@@ -12,6 +12,8 @@ fingerprint enters the stage's cache key), restricted to the version's documents
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import Path
 
@@ -22,6 +24,8 @@ POLICY_FILE = "policy-records.jsonl"
 DATE_FIELDS = ("written_date", "published_date", "effective_date", "expiry_date")
 # the fields a search hit carries from its document's record (flows.search, the answer API)
 HIT_FIELDS = ("level", "issuer", "doc_number", *DATE_FIELDS, "validity")
+# typed links between documents, in the order shown: a record's own (policy.record.LINK_TYPES), then the inverse
+LINK_ORDER = ("implements", "repeals", "cites", "repealed_by")
 
 
 def _iso(v) -> str | None:
@@ -121,8 +125,87 @@ def records_fit(inputs: dict):
     return FittedPart(POLICY_RECORDS, POLICY_FILE, fit)
 
 
-def load_records(bundle, path: Path) -> dict[str, dict]:
-    """The version's policy records, ``{doc_id: record}`` (dates as ISO strings), from its checked file.
+class PolicyRecords(Mapping):
+    """A version's policy records, ``{doc_id: record}`` (read only), with what serving derives from them once
+    per loaded version (held here, so it lives and dies with the version's bundle, :meth:`ServingBundle.load`):
+
+    - :meth:`allowed`: the doc ids a scope lets a search return, memoised per scope
+      (:class:`retrieval.scope.AllowedCache`, ``scope_cache`` scopes kept);
+    - :meth:`links_of`: a document's typed links to other documents (SPEC §2 metadata: 实施 / 废止 / 根据), its
+      own and the inverse ``repealed_by`` of the documents that repeal it;
+    - :attr:`levels`: the document levels the records hold, in :data:`policy.record.DOC_LEVELS` order.
+    """
+
+    def __init__(self, records: dict[str, dict], scope_cache: int = 64):
+        self._records = records
+        self._scope_cache = scope_cache
+        self._lock = threading.Lock()
+        self._allowed = None
+        self._repealed_by: dict[str, list[str]] | None = None
+
+    def __getitem__(self, doc_id: str) -> dict:
+        return self._records[doc_id]
+
+    def __iter__(self):
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @property
+    def scope_cache(self):
+        """The :class:`retrieval.scope.AllowedCache` over these records (made on first use)."""
+        from retrieval.scope import AllowedCache
+
+        with self._lock:
+            if self._allowed is None:
+                self._allowed = AllowedCache(self._records.values(), maxsize=self._scope_cache)
+            return self._allowed
+
+    def allowed(self, scope, keep_unknown_place: bool = False) -> frozenset[str] | None:
+        """The doc ids that pass ``scope`` (:func:`retrieval.scope.allowed_docs`, cached per scope); None when
+        the scope restricts nothing."""
+        return self.scope_cache.allowed(scope, keep_unknown_place)
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The document levels held by at least one record, in :data:`policy.record.DOC_LEVELS` order."""
+        from policy.record import DOC_LEVELS
+
+        have = {r.get("level") for r in self._records.values()}
+        return tuple(lv for lv in DOC_LEVELS if lv in have)
+
+    def links_of(self, doc_id: str) -> list[dict]:
+        """Typed links of ``doc_id`` (:data:`LINK_ORDER`): ``{"type", "title", "doc_id"}``, its record's own
+        (``repeals``, ``implements``, ``cites``; ``doc_id`` None when the title is not a document of the version)
+        then ``repealed_by`` for every record whose resolved ``repeals`` link names it (``title`` None: the
+        caller knows the titles)."""
+        rec = self._records.get(str(doc_id)) or {}
+        own = [{"type": str(link.get("type")), "title": link.get("title"),
+                "doc_id": None if link.get("doc_id") is None else str(link.get("doc_id"))}
+               for link in (rec.get("links") or []) if isinstance(link, dict) and link.get("type") in LINK_ORDER]
+        with self._lock:
+            if self._repealed_by is None:
+                self._repealed_by = _repealers(self._records)
+        by = [{"type": "repealed_by", "title": None, "doc_id": d} for d in self._repealed_by.get(str(doc_id), [])]
+        return sorted(own, key=lambda x: LINK_ORDER.index(x["type"])) + by
+
+
+def _repealers(records: Mapping[str, dict]) -> dict[str, list[str]]:
+    """doc_id -> the doc ids whose records repeal it (a resolved ``repeals`` link), in doc_id order."""
+    out: dict[str, list[str]] = {}
+    for doc_id in sorted(records):
+        for link in records[doc_id].get("links") or []:
+            if isinstance(link, dict) and link.get("type") == "repeals" and link.get("doc_id") is not None:
+                targets = out.setdefault(str(link["doc_id"]), [])
+                if doc_id not in targets:
+                    targets.append(doc_id)
+    return out
+
+
+def load_records(bundle, path: Path) -> PolicyRecords:
+    """The version's policy records, ``{doc_id: record}`` (dates as ISO strings), from its checked file, as a
+    :class:`PolicyRecords` (with the per-scope cache of allowed documents and the typed links).
 
     Raises:
         ValueError: a line that is not a JSON object with a ``doc_id``."""
@@ -135,7 +218,7 @@ def load_records(bundle, path: Path) -> dict[str, dict]:
             if not isinstance(rec, dict) or "doc_id" not in rec:
                 raise ValueError(f"policy records of index {getattr(bundle, 'version', '?')}: line {n} is not a record")
             out[str(rec["doc_id"])] = rec
-    return out
+    return PolicyRecords(out)
 
 
 def hit_fields(record: dict | None) -> dict:

@@ -6,6 +6,8 @@ with :class:`retrieval.hits.SearchHit` s (the chunk's columns and the scores).""
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -25,6 +27,8 @@ from retrieval.query import QueryLimits, check_query
 from retrieval.sparse import SparseIndex, Tokenize, make_tokenizer, top_rows
 from retrieval.versions import load_version
 from storage import file_sha256
+
+MASKS_KEPT = 64  # chunk masks a Retriever keeps, one per allowed-documents set (Retriever.doc_mask)
 
 MODES = ("hybrid", "dense", "sparse")
 
@@ -225,6 +229,8 @@ class Retriever:
         self.hybrid = HybridRetriever(self.dense, self.sparse, float(self.fusion["w_dense"]),
                                       int(self.fusion.get("rrf_k", 60)), int(self.fusion.get("depth", 100)),
                                       str(self.fusion.get("method", "rrf")))
+        self._masks: OrderedDict = OrderedDict()  # frozenset of doc ids -> chunk mask (doc_mask)
+        self._mask_lock = threading.Lock()
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
         """Query tokens with the segmenter that built the sparse side (loaded on first use; a given
@@ -277,9 +283,24 @@ class Retriever:
                                    sparse_score=h.sparse_score, dense_rank=h.dense_rank, sparse_rank=h.sparse_rank)
                 for h in hits if min_score is None or h.score >= min_score]
 
-    def doc_mask(self, docs: set[str]) -> np.ndarray:
-        """bool (n_chunks,): the chunk rows whose ``doc_id`` is in ``docs``."""
-        return self.chunks["doc_id"].astype(str).isin(docs).to_numpy()
+    def doc_mask(self, docs: set[str] | frozenset[str]) -> np.ndarray:
+        """bool (n_chunks,): the chunk rows whose ``doc_id`` is in ``docs``. A frozenset (what
+        :func:`retrieval.scoped.scoped_docs` returns, the same object for the same scope) has its mask computed
+        once and kept read-only, for the last :data:`MASKS_KEPT` sets; any other set is computed each time."""
+        if not isinstance(docs, frozenset):
+            return self.chunks["doc_id"].astype(str).isin(docs).to_numpy()
+        with self._mask_lock:
+            got = self._masks.get(docs)
+            if got is not None:
+                self._masks.move_to_end(docs)
+                return got
+        mask = self.chunks["doc_id"].astype(str).isin(docs).to_numpy()
+        mask.flags.writeable = False
+        with self._mask_lock:
+            self._masks[docs] = mask
+            while len(self._masks) > MASKS_KEPT:
+                self._masks.popitem(last=False)
+        return mask
 
     def chunk(self, row: int) -> dict:
         """The columns of chunk ``row`` as plain Python values (NaN -> None)."""

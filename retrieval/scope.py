@@ -12,6 +12,8 @@ Pure library: no prefect, no I/O beyond :mod:`policy.divisions`' bundled divisio
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Iterable, Mapping
@@ -263,3 +265,51 @@ def allowed_docs(scope: Scope, records: Iterable, divisions: Mapping[str, D.Divi
         if rest.empty or record_in_scope(rest, r, divs):
             out.add(str(_get(r, "doc_id")))
     return out
+
+
+class AllowedCache:
+    """:func:`allowed_docs` over one fixed set of records (an index version's policy records), memoised per
+    scope: a bounded least-recently-used map keyed by the scope's own identity (:class:`Scope` is frozen and
+    hashable) and ``keep_unknown_place``. Held by the object that holds the records (the loaded
+    ``policy_records`` part, :class:`retrieval.policy_records.PolicyRecords`), so it lives and dies with the
+    version; thread-safe. A cached set is a ``frozenset``: no caller can change what the next one gets.
+
+    Args:
+        records: the records (objects or dicts, as :func:`allowed_docs` takes them); read once, kept.
+        divisions: the division table (default: :func:`policy.divisions.load_divisions`, read on first use).
+        maxsize: scopes kept (the least recently used one is dropped beyond it).
+    """
+
+    def __init__(self, records: Iterable, divisions: Mapping[str, D.Division] | None = None, maxsize: int = 64):
+        self.records = tuple(records)
+        self.divisions = divisions
+        self.maxsize = max(1, int(maxsize))
+        self.hits = self.misses = 0
+        self._sets: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def allowed(self, scope: Scope, keep_unknown_place: bool = False) -> frozenset[str] | None:
+        """The doc ids that pass ``scope`` (what :func:`allowed_docs` gives, as a frozenset); None when the
+        scope restricts nothing."""
+        if scope.empty:
+            return None
+        key = (scope, bool(keep_unknown_place))
+        with self._lock:
+            if key in self._sets:
+                self._sets.move_to_end(key)
+                self.hits += 1
+                return self._sets[key]
+        if self.divisions is None:
+            self.divisions = D.load_divisions()
+        got = frozenset(allowed_docs(scope, self.records, self.divisions, keep_unknown_place))
+        with self._lock:
+            self.misses += 1
+            self._sets[key] = got
+            self._sets.move_to_end(key)
+            while len(self._sets) > self.maxsize:
+                self._sets.popitem(last=False)
+        return got
+
+    def __len__(self) -> int:
+        """The scopes held now."""
+        return len(self._sets)

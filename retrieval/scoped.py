@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from retrieval.policy_records import POLICY_PART, POLICY_RECORDS, hit_fields
+from retrieval.policy_records import POLICY_PART, POLICY_RECORDS, PolicyRecords, hit_fields
 from retrieval.scope import FILTER_FIELDS, Scope, allowed_docs, parse_filters, scope_from_question
 
 
@@ -48,10 +48,11 @@ def scope_payload(scope: Scope) -> dict:
     return {**scope.to_dict(), "label": scope.label()}
 
 
-def scoped_docs(bundle, scope: Scope) -> tuple[Scope, set[str] | None]:
+def scoped_docs(bundle, scope: Scope) -> tuple[Scope, frozenset[str] | None]:
     """``(scope, docs)``: the doc ids of ``bundle``'s version that ``scope`` lets a search return (None: all),
     over its ``policy_records`` part; the scope returned is the one applied (an inferred-only scope is dropped
-    on a version without the part).
+    on a version without the part). The set is computed once per scope and version and then reused
+    (:meth:`retrieval.policy_records.PolicyRecords.allowed`: a bounded cache held by the loaded part).
 
     Raises:
         ScopeError: explicit filters on a version without the part. PartError: the part changed since publication.
@@ -65,6 +66,8 @@ def scoped_docs(bundle, scope: Scope) -> tuple[Scope, set[str] | None]:
         raise ScopeError(f"index {bundle.version} has no {POLICY_RECORDS} part (published before scoped search): "
                          "filters need it; rebuild the index, or search without filters")
     records = bundle.load(POLICY_PART)
+    if isinstance(records, PolicyRecords):
+        return scope, records.allowed(scope, keep_unknown_place=scope.inferred)
     return scope, allowed_docs(scope, records.values(), keep_unknown_place=scope.inferred)
 
 
@@ -73,3 +76,13 @@ def policy_fields(bundle, doc_id: str) -> dict:
     None on a version without the part)."""
     records = bundle.load(POLICY_PART) if bundle.has_part(POLICY_RECORDS) else {}
     return hit_fields(records.get(str(doc_id)))
+
+
+def policy_links(bundle, doc_id: str) -> list[dict]:
+    """Typed links of ``doc_id`` in the version (:meth:`retrieval.policy_records.PolicyRecords.links_of`:
+    implements / repeals / cites / repealed_by, ``{"type", "title", "doc_id"}``); [] on a version without the
+    part."""
+    if not bundle.has_part(POLICY_RECORDS):
+        return []
+    records = bundle.load(POLICY_PART)
+    return records.links_of(str(doc_id)) if isinstance(records, PolicyRecords) else []

@@ -329,10 +329,10 @@ def test_questions_beyond_the_answering_slots_get_503_and_the_server_recovers(se
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-        def answer(self, q, k=3):
+        def answer(self, q, k=3, **scope):
             self.entered.set()
             assert self.gate.wait(30)
-            return self.inner.answer(q, k)
+            return self.inner.answer(q, k, **scope)
 
     held = Held(answerer)
     c = _client(held, max_answering=1, queue_wait_s=0.2)
