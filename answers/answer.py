@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import unicodedata
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -243,14 +243,16 @@ class Answerer:
         ValueError: the given ``scorer`` was fitted on other features (:func:`answers.scorer.check_features`).
     """
 
-    def __init__(self, data_dir: str | os.PathLike, scorer=None, cfg: AnswerConfig = AnswerConfig(),
+    def __init__(self, data_dir: str | os.PathLike, scorer=None, cfg: AnswerConfig | None = None,
                  tokenizer=None):
         import threading
 
         from answers.scorer import check_features
 
         self.data_dir = Path(data_dir)
-        self.cfg = cfg
+        # the reader's settings: these when given, else the ones pinned with each version (reader_config)
+        self.cfg_override = cfg
+        self.cfg = cfg or AnswerConfig()
         self.scorer_override = check_features(scorer) if scorer is not None else None
         self._tokenizer = tokenizer
         self._backends: OrderedDict = OrderedDict()
@@ -274,6 +276,18 @@ class Answerer:
                 while len(self._backends) > 2:
                     self._backends.popitem(last=False)
             return self._backends[key]
+
+    def reader_config(self, backend=None) -> AnswerConfig:
+        """The :class:`AnswerConfig` answers of ``backend``'s version (default: the serving one) are read with: the
+        one given at construction, else the defaults with the reader settings pinned in the version's reader
+        record (:func:`reader_record`, :data:`READER_SETTINGS`; a version published with other settings is
+        answered as it was published). Pinned values that are not positive ints are ignored (defaults kept)."""
+        if self.cfg_override is not None:
+            return self.cfg_override
+        pinned = (backend or self.backend()).reader_settings
+        ok = {k: v for k, v in pinned.items() if k in READER_SETTINGS and isinstance(v, int)
+              and not isinstance(v, bool) and 0 <= v <= 10_000_000}
+        return replace(self.cfg, **ok) if ok else self.cfg
 
     def scorer(self, backend=None):
         """The scorer answers use: the given one, else the serving (or ``backend``'s) version's pinned scorer.
@@ -305,7 +319,7 @@ class Answerer:
         document of the version up to its bound, so questions pay only for what depends on them; returns the
         documents built. A serving process calls it once (``flows.serve`` does, beside its first requests)."""
         backend = self.backend()
-        return backend.doc_cache.warm(backend.store, backend.tokenize, self.cfg.max_doc_chars)
+        return backend.doc_cache.warm(backend.store, backend.tokenize, self.reader_config(backend).max_doc_chars)
 
     def answer(self, question: str, k: int = 3, filters: dict | None = None, infer_scope: bool | None = None) -> dict:
         """Answers to ``question`` from the serving version's searcher, rerankers and reader
@@ -333,9 +347,10 @@ class Answerer:
         backend = self.backend()
         scope, docs = _scope(backend, q, filters, bool(infer_scope))
         reader = backend.reader(self.scorer_override)
-        prep = prepare(q, backend, backend.store, self.cfg, cache=backend.doc_cache, reranker=reader.reranker,
+        cfg = self.reader_config(backend)
+        prep = prepare(q, backend, backend.store, cfg, cache=backend.doc_cache, reranker=reader.reranker,
                        docs=docs)
-        answers = with_policy(backend, reader.read(q, prep, k, self.cfg.passage_chars))
+        answers = with_policy(backend, reader.read(q, prep, k, cfg.passage_chars))
         res = result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
                           backend.version, backend.encoder_name, time.perf_counter() - t)
         return res if scope is None else {**res, "scope": scope}

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        answerer = Answerer(args.data_dir, cfg=cfg)
+        answerer = Answerer(args.data_dir)  # read with the settings pinned in the serving version
         answerer.check()  # a missing or refused part of the serving version: one error before any question
         if args.questions:
             return _batch(answerer, args.questions, args.k, filters, not args.no_infer_scope)

@@ -445,3 +445,26 @@ def test_locate_gold_follows_the_duplicate_lineage_of_cleaning(tmp_path):
     without = locate_gold(q, store)  # without the lineage: a long answer in one kept document places it, a 3-char one does not
     assert without["gold_via"].tolist() == ["none", "duplicate"] and without["gold_start"][0] == -1
     assert duplicate_targets(tmp_path / "nowhere") == {}
+
+
+def test_answers_are_read_with_the_settings_pinned_in_the_version(data, tok, tmp_path):
+    """The reader record's settings (answers.answer.READER_SETTINGS) are what a version is answered with; an
+    AnswerConfig given to the Answerer wins over them; malformed pinned values are ignored."""
+    import shutil
+
+    from answers import Answerer
+    from answers.answer import AnswerConfig
+
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy, symlinks=True)
+    manifest = next((copy / "index").glob("v*/manifest.json"))
+    m = json.loads(manifest.read_text())
+    m["parts"]["answer_scorer"]["settings"].update(passage_chars=4, max_docs="7")
+    manifest.write_text(json.dumps(m, ensure_ascii=False))
+    pinned = Answerer(copy, tokenizer=tok)
+    assert pinned.reader_config().passage_chars == 4 and pinned.reader_config().max_docs == AnswerConfig().max_docs
+    q = "职业教育工作现就哪些方面提出意见？"
+    short = pinned.answer(q, k=1)["answers"][0]
+    assert len(short["passage"]) <= len(short["text"]) + 8  # 4 chars each side at most
+    wide = Answerer(copy, tokenizer=tok, cfg=AnswerConfig(passage_chars=60)).answer(q, k=1)["answers"][0]
+    assert wide["text"] == short["text"] and len(wide["passage"]) > len(short["passage"])
