@@ -69,9 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     from flows.cli import column_mapping, exclusive_run, preflight
 
     args = preflight("flows.pipeline", argv, reexec=False)
-    from storage.memory import fix_mmap_threshold
-
-    fix_mmap_threshold()  # large tensors by their own mmap, handed back when freed (storage.memory)
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     flow_ = policy_pipeline.with_options(task_runner=task_runner(args.task_runner, args.dask_address,

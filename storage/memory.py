@@ -60,28 +60,3 @@ def release_memory() -> bool:
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
-
-
-M_MMAP_THRESHOLD = -3  # glibc <malloc.h>
-MMAP_THRESHOLD = 4 << 20
-
-
-def fix_mmap_threshold(nbytes: int = MMAP_THRESHOLD) -> bool:
-    """Serve every allocation of ``nbytes`` or more (bytes; default 4 MiB) by its own ``mmap``, returned to the
-    system when freed (glibc ``mallopt(M_MMAP_THRESHOLD)``, the ``MALLOC_MMAP_THRESHOLD_`` setting). Glibc's
-    default threshold is dynamic: each freed mmapped block raises it to that block's size (up to 32 MiB), so
-    training's activations, whose shapes change with every batch, soon come from the heap and stay there
-    fragmented. Measured on the cpu-small fine-tuning stage (40 steps, one process, 2 cores): peak RSS 2,892
-    against 3,329 MiB, 0.716 against 0.749 s a step; a 1 MiB threshold peaks lower (2,670) but steps 17 %
-    slower (page faults on every activation). Call once, at process start. Returns False off glibc.
-
-    Raises:
-        ValueError: ``nbytes`` is not in [128 KiB, 32 MiB] (glibc's own bounds for the dynamic threshold)."""
-    if not (128 << 10) <= nbytes <= (32 << 20):
-        raise ValueError(f"mmap threshold {nbytes} bytes: outside [128 KiB, 32 MiB]")
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, nbytes))

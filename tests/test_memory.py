@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from storage.memory import release_memory, reset_peak, rss
-from tests.conftest import REPO
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
 
@@ -60,29 +59,3 @@ def test_run_stage_logs_the_stage_peak(tmp_path, caplog, capfd):
     line = [x for x in logged if "memory: grow peak RSS" in x]
     if sys.platform.startswith("linux"):
         assert len(line) == 1 and "peak RSS" in line[0] and "MiB after release" in line[0]
-
-
-def test_the_mmap_threshold_is_fixed_within_glibc_bounds():
-    """fix_mmap_threshold sets glibc's M_MMAP_THRESHOLD (True on glibc) and refuses values outside the bounds
-    glibc gives its dynamic threshold; a large buffer allocated and freed after it leaves the resident set."""
-    import subprocess
-    import sys
-
-    from storage.memory import fix_mmap_threshold
-
-    for bad in (0, 64 << 10, 64 << 20):
-        with pytest.raises(ValueError, match="mmap threshold"):
-            fix_mmap_threshold(bad)
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
-            "from storage.memory import fix_mmap_threshold, rss\n"
-            "assert fix_mmap_threshold(1 << 20)\n"
-            "big = bytearray(16 << 20); del big\n"  # would raise a dynamic threshold to 16 MiB
-            "base = rss().now\n"
-            "bufs = [bytearray(6 << 20) for _ in range(8)]\n"
-            "grown = rss().now - base\n"
-            "keep = [bytearray(100) for _ in range(10)]\n"  # small blocks after them pin a heap's top
-            "del bufs\n"
-            "print(grown, rss().now - base)\n")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True)
-    grown, left = map(int, out.stdout.split())
-    assert grown >= 40 and left <= 8, (grown, left)  # 48 MiB resident while held, handed back when freed
