@@ -24,8 +24,43 @@ class IndexMissingError(FileNotFoundError):
     """No index version is published under the index root (run the pipeline first)."""
 
 
+class PartsView:
+    """What every view of one index version shares: its ``folder`` and its serving parts, each loaded by its
+    declared loader after its sha256 is checked, once per view. A subclass gives ``index_root``, ``version``,
+    ``manifest`` and a ``_parts`` dict (the cache)."""
+
+    @property
+    def folder(self) -> Path:
+        return self.index_root / self.version
+
+    def load(self, part):
+        """Part ``part`` (a :class:`~retrieval.serving_parts.ServingPart`) loaded by its declared loader after
+        its sha256 is checked (:func:`retrieval.serving_parts.load_part`), once per view.
+
+        Raises:
+            PartError: the version has no such part, it was refused at publication, or it changed.
+        """
+        from retrieval.serving_parts import load_part
+
+        key = ("loaded", part.name)
+        if key not in self._parts:
+            self._parts[key] = load_part(self, part)
+        return self._parts[key]
+
+    def has_part(self, name: str) -> bool:
+        """Whether the version was published with part ``name`` installed (not refused)."""
+        return part_installed(self.manifest, name)
+
+    @cached_property
+    def texts(self) -> pd.DataFrame:
+        """The version's documents (:data:`retrieval.parts.TEXT_COLUMNS`), checked against the manifest."""
+        from retrieval.serving_parts import TEXTS_PART
+
+        return self.load(TEXTS_PART)
+
+
 @dataclass
-class ServingBundle:
+class ServingBundle(PartsView):
     """A loaded index version: ``retriever`` (its search), ``manifest``, ``key`` (:func:`retrieval.versions.version_key`) and its
     parts, read on first use and checked (:class:`retrieval.parts.PartError` names a missing, refused or
     changed part)."""
@@ -41,23 +76,12 @@ class ServingBundle:
         return self.retriever.manifest
 
     @property
-    def folder(self) -> Path:
-        return self.index_root / self.version
-
-    @property
     def model_id(self) -> str:
         return str(self.manifest.get("model_id", ""))
 
     @property
     def encoder_name(self) -> str:
         return str(self.manifest.get("encoder_dir", self.manifest.get("model_dir", "")))
-
-    @cached_property
-    def texts(self) -> pd.DataFrame:
-        """The version's documents (:data:`retrieval.parts.TEXT_COLUMNS`), checked against the manifest."""
-        from retrieval.serving_parts import TEXTS_PART
-
-        return self.load(TEXTS_PART)
 
     @cached_property
     def pipeline(self):
@@ -73,20 +97,6 @@ class ServingBundle:
 
         rerankers = [self.load(p) for p in serving_parts() if p.role == "reranker" and self.has_part(p.name)]
         return QueryPipeline(self.retriever, tuple(rerankers))
-
-    def load(self, part):
-        """Part ``part`` (a :class:`~retrieval.serving_parts.ServingPart`) loaded by its declared loader after
-        its sha256 is checked (:func:`retrieval.serving_parts.load_part`), once per bundle.
-
-        Raises:
-            PartError: the version has no such part, it was refused at publication, or it changed.
-        """
-        from retrieval.serving_parts import load_part
-
-        key = ("loaded", part.name)
-        if key not in self._parts:
-            self._parts[key] = load_part(self, part)
-        return self._parts[key]
 
     def check_parts(self) -> list[str]:
         """Check every declared part the manifest records (:func:`retrieval.serving_parts.check_parts`);
@@ -108,10 +118,6 @@ class ServingBundle:
         if name not in self._parts:
             self._parts[name] = part_path(self.folder, self.manifest, name).read_text(encoding="utf-8")
         return self._parts[name]
-
-    def has_part(self, name: str) -> bool:
-        """Whether the version was published with part ``name`` installed (not refused)."""
-        return part_installed(self.manifest, name)
 
 
 def load_bundle(index_root: str | os.PathLike, version: str | None = None, tokenizer=None,

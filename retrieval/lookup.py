@@ -34,6 +34,7 @@ import pandas as pd
 
 from policy.lookup import find_article, find_by_doc_number, parse_reference
 from policy.record import title_key
+from retrieval.bundle import PartsView
 from retrieval.policy_records import POLICY_PART, POLICY_RECORDS, hit_fields
 
 MAX_QUERY_CHARS = 300  # a reference is a title and an article; a longer query is refused
@@ -151,44 +152,15 @@ def _leading_places(norm: str) -> tuple[tuple[str, ...], str]:
 
 
 @dataclass
-class VersionParts:
+class VersionParts(PartsView):
     """One index version seen only through its manifest and serving parts, without its encoder or search
-    (what a lookup reads): ``index_root``, ``version``, ``manifest``; :meth:`load` / :meth:`has_part` as on
-    :class:`retrieval.bundle.ServingBundle` (parts checked against their sha256 at load)."""
+    (what a lookup reads): ``index_root``, ``version``, ``manifest``; parts as on
+    :class:`retrieval.bundle.ServingBundle` (:class:`retrieval.bundle.PartsView`)."""
 
     index_root: Path
     version: str
     manifest: dict
     _parts: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def folder(self) -> Path:
-        return self.index_root / self.version
-
-    def load(self, part):
-        """Part ``part`` loaded by its declared loader after its sha256 is checked, once.
-
-        Raises:
-            PartError: the version has no such part, it was refused at publication, or it changed.
-        """
-        from retrieval.serving_parts import load_part
-
-        if part.name not in self._parts:
-            self._parts[part.name] = load_part(self, part)
-        return self._parts[part.name]
-
-    def has_part(self, name: str) -> bool:
-        """Whether the version was published with part ``name`` installed (not refused)."""
-        from retrieval.parts import part_installed
-
-        return part_installed(self.manifest, name)
-
-    @cached_property
-    def texts(self) -> pd.DataFrame:
-        """The version's ``texts`` part (:data:`retrieval.parts.TEXT_COLUMNS`), checked."""
-        from retrieval.serving_parts import TEXTS_PART
-
-        return self.load(TEXTS_PART)
 
     @cached_property
     def chunks(self) -> pd.DataFrame:
