@@ -80,3 +80,21 @@ def save_tiny_bert(out_dir: Path, seed: int = 0) -> Path:
                      intermediate_size=64, max_position_embeddings=128)
     BertModel(cfg).save_pretrained(out_dir)
     return out_dir
+
+
+def policy_data_dir(d: Path, docs: pd.DataFrame, max_chars: int = 120, overlap: int = 30) -> tuple[Path, dict]:
+    """A data dir ``d`` whose index (v1) holds the texts and the policy records part computed from
+    ``documents_clean`` (no policy stage ran), over a tiny PolicyBERT (seed 5); returns (``d``, the index stage's
+    result)."""
+    from retrieval.chunks import ChunkConfig
+    from retrieval.policy_records import POLICY_PART
+    from retrieval.serving_parts import fitted_parts
+    from retrieval.sparse import make_tokenizer
+    from retrieval.stages import index_stage
+
+    clean = write_clean(docs, d / "documents_clean")
+    fitted = fitted_parts((POLICY_PART,), {"clean_dir": clean})
+    res = index_stage(clean, save_tiny_policybert(d.parent / "ckpt", seed=5), d / "index",
+                      ChunkConfig(max_chars=max_chars, overlap=overlap), tokenizer=make_tokenizer("auto"),
+                      fitted_parts=fitted)
+    return d, res

@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from tests.retrieval_builders import save_tiny_policybert, write_clean
-from tests.test_scope_serving import CHUNKS, docs as scope_docs
+from tests.retrieval_builders import policy_data_dir
+from tests.test_scope_serving import docs as scope_docs
 
 ARTICLES = ("第一条　为了规范{p}数据安全管理，制定本办法。\n"
             "第二条　本办法适用于{p}的数据处理活动；依照本办法第四条另有规定的除外。\n"
@@ -47,16 +47,7 @@ def docs() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A data dir whose index (v1) holds the texts and the policy records part (computed from documents_clean)."""
-    from retrieval.policy_records import POLICY_PART
-    from retrieval.serving_parts import fitted_parts
-    from retrieval.sparse import make_tokenizer
-    from retrieval.stages import index_stage
-
-    d = tmp_path_factory.mktemp("lookup") / "data"
-    clean = write_clean(docs(), d / "documents_clean")
-    fitted = fitted_parts((POLICY_PART,), {"clean_dir": clean})
-    res = index_stage(clean, save_tiny_policybert(d.parent / "ckpt", seed=5), d / "index", CHUNKS,
-                      tokenizer=make_tokenizer("auto"), fitted_parts=fitted)
+    d, res = policy_data_dir(tmp_path_factory.mktemp("lookup") / "data", docs())
     assert res["serving_parts"]["policy_records"]["rows"] == 10
     return d
 

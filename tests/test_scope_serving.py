@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from retrieval.chunks import ChunkConfig
-from tests.retrieval_builders import save_tiny_policybert, write_clean
+from tests.retrieval_builders import policy_data_dir, save_tiny_policybert, write_clean
 
 CHUNKS = ChunkConfig(max_chars=120, overlap=30)
 BODY = ("为了加强{p}公共数据管理，促进公共数据开放和利用，保障数据安全，根据有关法律、行政法规，结合本省实际，制定本条例。"
@@ -40,16 +40,7 @@ def docs() -> pd.DataFrame:
 def data(tmp_path_factory):
     """A data dir whose index (v1) was published with the policy records part, computed from documents_clean
     (no policy stage ran)."""
-    from retrieval.policy_records import POLICY_PART
-    from retrieval.serving_parts import fitted_parts
-    from retrieval.sparse import make_tokenizer
-    from retrieval.stages import index_stage
-
-    d = tmp_path_factory.mktemp("scoped") / "data"
-    clean = write_clean(docs(), d / "documents_clean")
-    fitted = fitted_parts((POLICY_PART,), {"clean_dir": clean})
-    res = index_stage(clean, save_tiny_policybert(d.parent / "ckpt", seed=5), d / "index", CHUNKS,
-                      tokenizer=make_tokenizer("auto"), fitted_parts=fitted)
+    d, res = policy_data_dir(tmp_path_factory.mktemp("scoped") / "data", docs())
     assert res["serving_parts"]["policy_records"]["rows"] == 6
     return d
 
