@@ -130,14 +130,15 @@ def _text_of(doc_id: str, store) -> tuple[str, dict]:
 def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, cache):
     """The :class:`~answers.doc_cache.DocumentEntry` of a grouped document: from ``cache`` when the whole
     document is read; built for this question alone when only the sentences near its retrieved chunks are
-    (documents over ``max_doc_chars``)."""
-    from answers.doc_cache import build_entry
+    (documents over ``max_doc_chars``), with what spans the whole text (code points, normalised text, the
+    tokens of sentences read before) from ``cache`` (:meth:`~answers.doc_cache.DocumentCache.whole`)."""
+    from answers.doc_cache import WholeText, build_entry
 
     hits = group.hits
     if len(text) > cfg.max_doc_chars and hits:
-        sents = [s for s in sentence_offsets(text)
-                 if any(r.hit.start - cfg.margin <= s[0] < r.hit.end + cfg.margin for r in hits)]
-        return build_entry(text, title, sents, backend.tokenize)
+        whole = cache.whole(group.doc_id, text) if cache is not None else WholeText.of(text)
+        sents = whole.near([(r.hit.start, r.hit.end) for r in hits], cfg.margin)
+        return build_entry(text, title, sents, backend.tokenize, whole, static=False)
     if cache is None:
         return build_entry(text, title, sentence_offsets(text), backend.tokenize)
     return cache.get(group.doc_id, text, title, backend.tokenize)
@@ -197,11 +198,14 @@ def _focused(question: str, bm: np.ndarray, e, title: str, cfg: AnswerConfig) ->
     sentence; a sentence that is itself a question, :func:`answers.candidates.is_question`, never is) plus
     the question's gaps there; and their question-free feature rows ((n_spans, |STATIC|) float64)."""
     focus = focus_sentences(bm, cfg.focus_sentences, cfg.focus_after) & ~e.asks  # questions never answer
-    keep = np.flatnonzero(focus[e.static[:, STATIC.index("first")].astype(int)]) if len(e.spans) else np.zeros(0, int)
+    firsts = (e.static[:, STATIC.index("first")].astype(int) if e.static is not None
+              else np.array([sp.first for sp in e.spans], dtype=int).reshape(len(e.spans)))
+    keep = np.flatnonzero(focus[firsts]) if len(e.spans) else np.zeros(0, int)
+    kept = [e.spans[i] for i in keep.tolist()]
     gaps = gap_spans(e.text, [se if focus[i] else (se[0], se[0]) for i, se in enumerate(e.sentences)], question,
                      e.have, e.codes)
-    return ([e.spans[i] for i in keep] + gaps,
-            np.vstack([e.static[keep], static_span_features(e.text, e.sentences, gaps, title)]))
+    rows = e.static[keep] if e.static is not None else static_span_features(e.text, e.sentences, kept, title)
+    return kept + gaps, np.vstack([rows, static_span_features(e.text, e.sentences, gaps, title)])
 
 
 def _dense(question: str, entries: list, bm: np.ndarray, backend, n: int) -> np.ndarray:

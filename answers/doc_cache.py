@@ -44,30 +44,97 @@ class DocumentEntry:
     asks: np.ndarray
 
 
+@dataclass(frozen=True)
+class WholeText:
+    """The question-free parts of a long document that span its whole text, whichever sentences a question reads
+    of it: ``codes`` (len(text),) uint32 code points, ``norm`` / ``norm_at`` (:func:`answers.echo.normalized`),
+    ``sentences`` (:func:`answers.candidates.sentence_offsets`) with ``starts`` (n_sentences,) int64 their
+    start offsets, and ``tokens`` (sentence text → its tokens, filled as questions read sentences)."""
+
+    codes: np.ndarray
+    norm: str
+    norm_at: np.ndarray
+    sentences: list
+    starts: np.ndarray
+    tokens: dict
+
+    @classmethod
+    def of(cls, text: str) -> "WholeText":
+        sents = sentence_offsets(text)
+        return cls(code_points(text), *normalized(text), sents,
+                   np.array([a for a, _ in sents], dtype=np.int64).reshape(len(sents)), {})
+
+    def near(self, ranges: list[tuple[int, int]], margin: int) -> list[tuple[int, int]]:
+        """The sentences starting within ``margin`` chars of a (start, end) range of ``ranges`` (char offsets):
+        those starting in ``[start - margin, end + margin)`` of any, in text order."""
+        keep = np.zeros(len(self.starts), dtype=bool)
+        for a, b in ranges:
+            keep |= (self.starts >= a - margin) & (self.starts < b + margin)
+        return [self.sentences[i] for i in np.flatnonzero(keep).tolist()]
+
+    def tokenizer(self, tokenize: Callable[[list[str]], list[list[str]]]) -> Callable[[list[str]], list[list[str]]]:
+        """``tokenize`` remembering each text's tokens in ``self.tokens`` (a sentence is segmented once)."""
+        def tok(texts: list[str]) -> list[list[str]]:
+            missing = list(dict.fromkeys(t for t in texts if t not in self.tokens))
+            if missing:
+                self.tokens.update(zip(missing, tokenize(missing)))
+            return [self.tokens[t] for t in texts]
+
+        return tok
+
+
 def build_entry(text: str, title: str, sentences: list[tuple[int, int]],
-                tokenize: Callable[[list[str]], list[list[str]]]) -> DocumentEntry:
-    """The :class:`DocumentEntry` of ``text`` cut into ``sentences``; ``tokenize`` is the index's segmenter."""
+                tokenize: Callable[[list[str]], list[list[str]]], whole: WholeText | None = None,
+                static: bool = True) -> DocumentEntry:
+    """The :class:`DocumentEntry` of ``text`` cut into ``sentences``; ``tokenize`` is the index's segmenter.
+    ``whole``: the text's :class:`WholeText` when already computed (a long document read by many questions, near
+    their hits only: :meth:`DocumentCache.whole`); the entry is the same with or without it. ``static`` False
+    leaves ``static`` None (an entry built for one question: the reader computes the rows of the spans it keeps,
+    :func:`answers.answer.prepare`)."""
+    if whole is not None:
+        tokenize = whole.tokenizer(tokenize)
     spans = document_spans(text, sentences)
     have = {(s.start, s.end) for s in spans}
     spans += entity_spans(text, sentences, have)
     toks = tokenize([text[a:b] for a, b in sentences] + [title])
     sent_tokens = [set(t) for t in toks[:-1]]
-    return DocumentEntry(text, sentences, spans, frozenset(have), static_span_features(text, sentences, spans, title),
+    return DocumentEntry(text, sentences, spans, frozenset(have),
+                         static_span_features(text, sentences, spans, title) if static else None,
                          [Counter(t) for t in toks[:-1]], np.array([len(t) for t in toks[:-1]], dtype=np.int64),
                          sent_tokens, set().union(*sent_tokens) if sent_tokens else set(), set(toks[-1]),
-                         code_points(text), *normalized(text),
+                         *((whole.codes, whole.norm, whole.norm_at) if whole is not None
+                           else (code_points(text), *normalized(text))),
                          np.array([is_question(text[a:b]) for a, b in sentences], dtype=bool).reshape(len(sentences)))
 
 
 class DocumentCache:
     """``get(doc_id, text, title, tokenize)`` → the document's :class:`DocumentEntry`, built on first sight and
     kept (the ``max_docs`` most recently used). Keyed by the text itself, so a refreshed document is built
-    again; one cache per index version (tokens come from its segmenter)."""
+    again; one cache per index version (tokens come from its segmenter). Documents too long to read whole are
+    read near each question's hits; what spans their whole text is kept apart (:meth:`whole`, the
+    ``max_docs`` most recently used too)."""
 
     def __init__(self, max_docs: int = 4096):
         self.max_docs = max_docs
         self._entries: OrderedDict = OrderedDict()
+        self._wholes: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+
+    def whole(self, doc_id: str, text: str) -> WholeText:
+        """The :class:`WholeText` of a long document, computed on first sight and kept: a question reading
+        sentences near its hits then pays only for those (:func:`answers.answer.prepare`)."""
+        key = (doc_id, len(text), hash(text))
+        with self._lock:
+            part = self._wholes.get(key)
+            if part is not None and len(part.codes) == len(text):
+                self._wholes.move_to_end(key)
+                return part
+        part = WholeText.of(text)
+        with self._lock:
+            self._wholes[key] = part
+            while len(self._wholes) > self.max_docs:
+                self._wholes.popitem(last=False)
+        return part
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -87,14 +154,17 @@ class DocumentCache:
         return entry
 
     def warm(self, store, tokenize, max_chars: int) -> int:
-        """Build the entries of the store's documents (those of at most ``max_chars`` chars, up to
-        ``max_docs``); returns how many were built. For a serving process, before or beside its first
-        questions."""
-        n = 0
+        """Build the entries of the store's documents of at most ``max_chars`` chars and the :class:`WholeText`
+        of the longer ones (up to ``max_docs`` of each); returns how many were built. For a serving process,
+        before or beside its first questions."""
+        n = n_long = 0
         for doc_id, text in list(store.text.items()):
-            if n >= self.max_docs:
-                break
-            if text and len(text) <= max_chars:
+            if not text:
+                continue
+            if len(text) <= max_chars and n < self.max_docs:
                 self.get(doc_id, text, store.meta.get(doc_id, {}).get("title") or "", tokenize)
                 n += 1
-        return n
+            elif len(text) > max_chars and n_long < self.max_docs:
+                self.whole(doc_id, text)
+                n_long += 1
+        return n + n_long

@@ -53,6 +53,7 @@ def scorer_fit(inputs: dict) -> FittedPart | None:
 
 def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
+                        precision: str | None = None,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
                         parts: list[dict] | None = None, related_segments: int = 1,
@@ -64,7 +65,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     ``related_corpus``, :func:`docmatch.parts.related_fit`, SPEC §12) is fitted over the staged version, and is
     then not installed from its file; the others are installed from their files (``answer_reranker`` before
     the scorer's fit, which then reads its sentence scores). The result's ``serving_parts.<name>`` holds each
-    part's record (a fit's figures). ``policy_dir``: the data dir's ``policy_records`` table the policy records
+    part's record (a fit's figures). ``precision``: the autocast chunks and the related part's corpus segments are
+    embedded with (:data:`model.training.PRECISIONS`; None: the encoder kind's default). ``policy_dir``: the data dir's ``policy_records`` table the policy records
     part is fitted from (:func:`retrieval.policy_records.records_fit`; missing: computed from ``clean_dir``).
 
     Raises:
@@ -84,7 +86,9 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
 
         tokenizer = make_tokenizer(sparse.segmenter)
     fitted = fitted_parts(declared, {**part_inputs, "clean_dir": clean_dir, "tokenizer": tokenizer,
-                                     "related_segments": related_segments, "policy_dir": policy_dir})
-    return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device, sparse=sparse,
+                                     "related_segments": related_segments, "policy_dir": policy_dir,
+                                     "precision": precision})
+    return publish(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device,
+                   precision=precision, sparse=sparse,
                    fusion=fusion, tokenizer=tokenizer, staging=staging, parts=parts, fitted_parts=fitted,
                    **part_inputs)

@@ -133,11 +133,13 @@ class SegmentCache:
 
 
 def encoder_cache(ckpt_dir: str | os.PathLike, root: str | os.PathLike, cfg: ChunkConfig = ChunkConfig(),
-                  batch_size: int = 16) -> SegmentCache:
+                  batch_size: int = 16, precision: str | None = None) -> SegmentCache:
     """A :class:`SegmentCache` over the encoder checkpoint ``ckpt_dir`` (id: :func:`retrieval.pinning.model_id`),
-    loaded on CPU only when something must be embedded."""
+    loaded on CPU only when something must be embedded, with autocast ``precision`` (None: the encoder kind's
+    default)."""
     from retrieval.encoders import Encoder
     from retrieval.pinning import model_id
 
     return SegmentCache(root, model_id(ckpt_dir),
-                        lambda: Encoder.from_checkpoint(ckpt_dir, batch_size, "cpu").encode_corpus, cfg)
+                        lambda: Encoder.from_checkpoint(ckpt_dir, batch_size, "cpu",
+                                                                precision=precision).encode_corpus, cfg)

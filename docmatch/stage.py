@@ -36,10 +36,11 @@ def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
 
 
 def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache_dir=None,
-                      max_segments: int = 2) -> tuple[dict, dict]:
+                      max_segments: int = 2, precision: str | None = None) -> tuple[dict, dict]:
     """(id -> matrix, embedding figures): the version's own vectors for its documents, the others from
     ``corpus`` (:func:`docmatch.pairs.read_corpus` file; stripped texts) embedded by a
-    :class:`docmatch.segments.SegmentCache` over the pinned encoder (``cache_dir``).
+    :class:`docmatch.segments.SegmentCache` over the pinned encoder (``cache_dir``; ``precision``: its autocast,
+    None: the encoder kind's default).
 
     Raises:
         ValueError: ids neither in the version nor in ``corpus``.
@@ -60,17 +61,18 @@ def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache
     if len(texts) < len(outside):
         raise ValueError(f"{len(outside) - len(texts)} pair ids are neither in the version nor in {corpus}")
     enc = version_dir.parent / manifest["encoder_dir"]
-    cache = encoder_cache(enc, cache_dir, ChunkConfig(**manifest.get("config", {})))
+    cache = encoder_cache(enc, cache_dir, ChunkConfig(**manifest.get("config", {})), precision=precision)
     mats.update(cache.matrices(texts, max_segments))
     return mats, cache.stats
 
 
 def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=None, candidates=None,
                        cfg: LTMConfig = LTMConfig(max_segments=2), tcfg: TrainConfig = TrainConfig(),
-                       log=print) -> dict:
+                       log=print, precision: str | None = None) -> dict:
     """Train LTM-B on ``pairs_file`` (:func:`docmatch.pairs.read_pairs`; without a ``split`` column the pairs
     are split by their ``b`` document, seeded) over the version in ``version_dir`` and write
-    ``out_dir/related.json``. ``candidates``: the pool test queries are ranked in (default: every ``b``).
+    ``out_dir/related.json``. ``candidates``: the pool test queries are ranked in (default: every ``b``);
+    ``precision``: the autocast documents outside the version are embedded with (None: the encoder's default).
 
     Returns figures: ``path``, ``test`` (recall@1, MRR on the test positives, when any), ``best_dev_mrr``,
     ``train_s``, ``epochs``, ``embedding`` (segments embedded / read from the cache, seconds).
@@ -86,7 +88,7 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
         pairs["split"] = pairs["b"].map(split)
     ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(candidates or ()))
     cache_dir = Path(cache_dir) if cache_dir else out / "segments"
-    mats, emb = document_matrices(vdir, manifest, ids, corpus, cache_dir, cfg.max_segments)
+    mats, emb = document_matrices(vdir, manifest, ids, corpus, cache_dir, cfg.max_segments, precision)
     dim = next(iter(mats.values())).shape[1]
     cands = sorted(candidates) if candidates else sorted(set(pairs["b"]))
     model, hist = train_ltm(pairs, mats, replace(cfg, dim=dim), tcfg, log=log)
@@ -132,11 +134,13 @@ def default_pairs(corpus, out_file, cfg: PairConfig = PairConfig()) -> Path:
     return out
 
 
-def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, seed: int = 13, log=print):
+def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, seed: int = 13, log=print,
+                 precision: str | None = None):
     """The ``related`` part of a staged index version as a :class:`retrieval.parts.FittedPart`: LTM-B trained
     (:func:`build_related_part`) on ``pairs`` (a pair file a user brings) or, without one, on the default set
     derived from ``corpus`` (the LawRefBook title-pattern pairs, whose documents are embedded with the version's
-    pinned encoder, first ``max_segments`` segments each, cached under ``work_dir``). The part's record holds
+    pinned encoder in ``precision``, first ``max_segments`` segments each, cached under ``work_dir``). The
+    part's record holds
     the version's ``provenance`` and the training ``figures`` (held-out recall@1 / MRR of the parent law).
 
     Raises (when fitted): FileNotFoundError / ValueError from a user's pair file or the training on it; with the
@@ -156,7 +160,8 @@ def related_part(pairs=None, corpus=None, work_dir=None, max_segments: int = 1, 
             pairs_file = default_pairs(corpus, work / f"pairs-{key[:16]}.jsonl", pcfg)
         vdir = Path(index_root) / version
         figs = build_related_part(vdir, pairs_file, work / "model", corpus=corpus, cache_dir=work / "segments",
-                                  cfg=LTMConfig(max_segments=max_segments), tcfg=TrainConfig(seed=seed), log=log)
+                                  cfg=LTMConfig(max_segments=max_segments), tcfg=TrainConfig(seed=seed), log=log,
+                                  precision=precision)
         text = Path(figs.pop("path")).read_text(encoding="utf-8")
         manifest = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))
         return text, {"provenance": version_identity(manifest), "figures": figs,
@@ -192,7 +197,7 @@ def related_fit(inputs: dict):
     """The ``related`` part's fit (:data:`docmatch.parts.RELATED_PART`) from the index stage's ``inputs``: a pair
     file (``related_pairs``), else a corpus (``related_corpus``), else the version's own documents (the fused
     ranking with default weights, :func:`docmatch.fused_fit.build_own_part`); ``clean_dir`` and
-    ``related_segments`` read too."""
+    ``related_segments`` and ``precision`` (the index's embedding autocast) read too."""
     pairs, corpus = inputs.get("related_pairs"), inputs.get("related_corpus")
     return related_part(pairs or None, corpus or None, Path(inputs["clean_dir"]).parent / RELATED_CACHE,
-                        int(inputs.get("related_segments") or 1))
+                        int(inputs.get("related_segments") or 1), precision=inputs.get("precision"))

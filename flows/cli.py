@@ -95,6 +95,7 @@ def check_settings(cfg) -> None:
         ValueError: naming the setting and its allowed range.
     """
     from model.configuration import FUSIONS
+    from model.training import PRECISIONS
     from storage.bounds import check_bounds, check_choice
 
     check_bounds(cfg, nullable=("finetune_max_eval",), segment_parts=(1, 1024), pretrain_epochs=(1, 1000),
@@ -104,6 +105,7 @@ def check_settings(cfg) -> None:
                  intermediate_size=(1, 1 << 17), max_position_embeddings=(8, 1 << 16), num_word_layers=(0, 128),
                  max_words=(0, 8192))
     check_choice(m, "fusion", FUSIONS)
+    check_choice(cfg, "embed_precision", PRECISIONS)
     if m.hidden_size % m.num_attention_heads:
         raise ValueError(f"model.hidden_size = {m.hidden_size}: must be a multiple of model.num_attention_heads "
                          f"= {m.num_attention_heads}")

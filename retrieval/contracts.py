@@ -22,7 +22,8 @@ INDEX_PLAN = Stage("index-plan", "retrieval.stages:index_plan_stage", reads=("do
                    part_file="", args={"clean_dir": "documents_clean", "ckpt_dir": ENCODER, "index_root": "index",
                                        "staging": "*part"})
 EMBED_PART = Stage("embed-part", "retrieval.stages:index_embed_part_stage", reads=(ENCODER,),
-                   settings={"n_parts": "embed_parts", "batch_size": "embed_batch_size"}, inputs=("part",),
+                   settings={"n_parts": "embed_parts", "batch_size": "embed_batch_size",
+                             "precision": "embed_precision"}, inputs=("part",),
                    scratch=("index",), part_file=".npz", takes_parts={"plan": "index-plan"},
                    args={"ckpt_dir": ENCODER, "index_root": "index", "staging": "plan.path", "out_file": "*part"},
                    gpu=True)
@@ -36,7 +37,7 @@ SERVING_INPUTS = index_inputs(serving_parts())
 INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_clean", ENCODER, "policy_records"),
               writes=(versioned("index"),), config=ChunkConfig,
               settings={"cfg": "chunks", "index_cfg": "index", "batch_size": "embed_batch_size",
-                        "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion",
+                        "precision": "embed_precision", "n_parts": "embed_parts", "sparse": "sparse", "fusion": "fusion",
                         "related_segments": "related_segments"},
               inputs=SERVING_INPUTS, files=SERVING_INPUTS, scratch=("cache/related",),
               code=part_modules(serving_parts()),  # the declarations' modules, named by string

@@ -14,6 +14,7 @@ import torch
 from model.features import CharEncoder, WordMatcher, collate, encode_tokens
 from model.tokens import as_tokens
 from model.training import autocast, resolve_device
+from retrieval.encoding import token_batches
 
 
 def _pooled_sums(states: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> tuple[np.ndarray, np.ndarray]:
@@ -42,7 +43,9 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
                 on_progress: Callable[[int, int], None] | None = None, pooling: str = "mean",
                 precision: str = "auto") -> np.ndarray:
     """Embed texts with a ``PolicyBertModel``; ``precision`` sets the forward's autocast
-    (:func:`model.training.autocast`: ``auto`` = bf16 on CUDA only).
+    (:func:`model.training.autocast`: ``auto`` = bf16 on CUDA only). Windows are batched by length, at most
+    ``batch_size`` rows and :data:`retrieval.encoding.MAX_BATCH_TOKENS` padded positions a batch
+    (:func:`retrieval.encoding.token_batches`).
 
     ``pooling``: ``mean`` (mean of a window's char states, SPEC §7) or ``cls`` (the window's [CLS]
     state); windows of one text are averaged by char count either way.
@@ -67,9 +70,8 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
     hidden = model.config.hidden_size
     sums = np.zeros((len(texts), hidden), dtype=np.float64)
     counts = np.zeros(len(texts), dtype=np.float64)
-    order = np.argsort([len(w["input_ids"]) for w in windows], kind="stable")
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
+    done = 0
+    for idx in token_batches([len(w["input_ids"]) for w in windows], batch_size):
         batch = {k: v.to(dev) for k, v in collate([windows[j] for j in idx], max_words).items()}
         with autocast(dev, precision):
             states = model(**batch).last_hidden_state.float()
@@ -77,8 +79,9 @@ def embed_texts(model, enc: CharEncoder, matcher: WordMatcher, texts: Sequence[s
         for row, j in enumerate(idx):
             sums[owner[j]] += summed[row]
             counts[owner[j]] += n[row]
+        done += len(idx)
         if on_progress is not None:
-            on_progress(min(i + batch_size, len(order)), len(order))
+            on_progress(done, len(windows))
     vecs = sums / np.maximum(counts, 1)[:, None]
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     return (vecs / np.where(norms == 0, 1, norms)).astype(np.float32)

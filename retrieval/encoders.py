@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
+from retrieval.encoding import token_batches
+
 if TYPE_CHECKING:
     from model.features import CharEncoder, WordMatcher
     from model.modeling import PolicyBertModel
@@ -210,7 +212,8 @@ class BertEncoder(_Interface):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` as given (no instruction), float32 (n, hidden), L2-normalised; windows of one
-        text averaged weighted by their content token counts."""
+        text averaged weighted by their content token counts. Windows are batched by length, at most
+        ``batch_size`` rows and :data:`retrieval.encoding.MAX_BATCH_TOKENS` padded positions a batch."""
         import torch
 
         from model.training import autocast, resolve_device
@@ -225,11 +228,9 @@ class BertEncoder(_Interface):
             self.model.eval()
         wins, owner = self.windows(texts)
         sums = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float64)
-        order = np.argsort([len(x) for x in wins], kind="stable")
-        pad = self.tokenizer.pad_token_id or 0
+        pad, done = self.tokenizer.pad_token_id or 0, 0
         with torch.no_grad():
-            for i in range(0, len(order), self.batch_size):
-                idx = order[i:i + self.batch_size]
+            for idx in token_batches([len(x) for x in wins], self.batch_size):
                 width = max(len(wins[j]) for j in idx)
                 ids = torch.full((len(idx), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(idx), width), dtype=torch.long)
@@ -240,8 +241,9 @@ class BertEncoder(_Interface):
                 vecs = pool(states, mask.to(dev), self.info.pooling, normalize=False).cpu().numpy()
                 for r, j in enumerate(idx):
                     sums[owner[j]] += vecs[r] * max(len(wins[j]) - 2, 1)
+                done += len(idx)
                 if self.on_progress is not None:
-                    self.on_progress(min(i + self.batch_size, len(order)), len(order))
+                    self.on_progress(done, len(wins))
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         return (sums / np.where(norms == 0, 1, norms)).astype(np.float32)
 

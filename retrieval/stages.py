@@ -56,27 +56,30 @@ def index_plan_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cf
 def index_embed_part_stage(ckpt_dir, index_root, part: int, n_parts: int, batch_size: int = 64,
                            device: str = "auto", on_progress=None, *, staging: str | os.PathLike | None = None,
                            out_file: str | os.PathLike | None = None,
-                           load_encoder: Callable[[Callable[[], Encoder], str], Encoder] | None = None) -> int:
+                           load_encoder: Callable[[Callable[[], Encoder], str], Encoder] | None = None,
+                           precision: str | None = None) -> int:
     """Embed one of ``n_parts`` slices of the chunks planned in ``staging`` (default ``index/.staging``) into
     ``out_file`` (default: beside the plan); mapped over parts, GPU when present. Returns rows embedded.
     Without a staged plan it does nothing: the publish step plans and embeds what is missing.
     ``load_encoder(load, model_id)``: how the encoder is obtained (e.g. once per Dask worker for the plan's
-    ``model_id``); default ``load()``."""
+    ``model_id``); default ``load()``. ``precision``: the forward's autocast (:data:`model.training.PRECISIONS`;
+    None: the encoder kind's default, :meth:`retrieval.encoders.Encoder.from_checkpoint`)."""
     staging = Path(staging or staging_dir(index_root))
     if not (staging / "plan.json").is_file():
         return 0
     planned = json.loads((staging / "plan.json").read_text())["model_id"]
 
     def load() -> Encoder:
-        return Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+        return Encoder.from_checkpoint(ckpt_dir, batch_size, device, precision=precision)
 
-    encoder = load_encoder(load, f"{planned}:{batch_size}:{device}") if load_encoder else load()
+    encoder = load_encoder(load, f"{planned}:{batch_size}:{device}:{precision}") if load_encoder else load()
     encoder.on_progress = on_progress
     return embed_staged(staging, encoder.encode_corpus, part, n_parts, out_file=out_file)
 
 
 def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                         n_parts: int = 1, batch_size: int = 64, device: str = "auto", *,
+                        precision: str | None = None,
                         sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                         tokenizer=None, staging: str | os.PathLike | None = None,
                         parts: list[dict] | None = None, fitted_parts: tuple[FittedPart, ...] = (),
@@ -99,6 +102,8 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     after the other parts and before ``CURRENT`` switches (:mod:`answers.stages`); a part of the same name
     given as a file is then not installed; the inputs of a fit (a question set) are accepted and not installed.
 
+    ``precision``: the autocast missing and masked chunks are embedded with (None: the encoder kind's default).
+
     Returns the publication's stats (:func:`retrieval.build.publish_staged`), ``chunks``, ``documents`` and
     ``serving_parts``: per serving part its record without the long fields (``provenance``), a refused part's reason,
     a fitted part's figures.
@@ -119,7 +124,7 @@ def index_publish_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index
     encoder_dir = pin_encoder(index_root, ckpt_dir, planned_id)
     pinned = Path(index_root) / encoder_dir
     manifest = _base_manifest(clean_dir, ckpt_dir, index_root, cfg, encoder_dir, pinned)
-    factory = _encoder_factory(pinned, batch_size, device)
+    factory = _encoder_factory(pinned, batch_size, device, precision)
     kw = _sparse_kwargs(clean_dir, sparse, fusion, tokenizer, factory) if sparse is not None else {}
     sources = _part_sources(part_files, {f.name for f in fitted_parts})
 
@@ -170,13 +175,14 @@ def _part_sources(part_files: dict, fitted: set[str]) -> tuple[PartSource, ...]:
     return part_sources(declared, part_files, skip=fitted)
 
 
-def _encoder_factory(ckpt_dir, batch_size: int, device: str):
-    """A factory that loads the encoder once, however often it is called."""
+def _encoder_factory(ckpt_dir, batch_size: int, device: str, precision: str | None = None):
+    """A factory that loads the encoder once, however often it is called (``precision``: its autocast, None:
+    the encoder kind's default)."""
     cache: dict = {}
 
     def make():
         if "enc" not in cache:
-            cache["enc"] = Encoder.from_checkpoint(ckpt_dir, batch_size, device)
+            cache["enc"] = Encoder.from_checkpoint(ckpt_dir, batch_size, device, precision=precision)
         return cache["enc"]
 
     return make
@@ -184,6 +190,7 @@ def _encoder_factory(ckpt_dir, batch_size: int, device: str):
 
 def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: IndexConfig = IndexConfig(),
                 batch_size: int = 64, device: str = "auto", on_progress=None, n_parts: int = 1, *,
+                precision: str | None = None,
                 sparse: SparseConfig | None = SparseConfig(), fusion: FusionConfig = FusionConfig(),
                 tokenizer=None, fitted_parts: tuple[FittedPart, ...] = (), **part_files) -> dict:
     """Chunk ``documents_clean`` and publish the next ``index/vN``, embedding only new/changed chunks,
@@ -192,9 +199,10 @@ def index_stage(clean_dir, ckpt_dir, index_root, cfg: ChunkConfig, index_cfg: In
     :func:`index_publish_stage`)."""
     index_plan_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg)
     for part in range(n_parts):
-        index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress)
+        index_embed_part_stage(ckpt_dir, index_root, part, n_parts, batch_size, device, on_progress,
+                               precision=precision)
     return index_publish_stage(clean_dir, ckpt_dir, index_root, cfg, index_cfg, n_parts, batch_size, device,
-                               sparse=sparse, fusion=fusion, tokenizer=tokenizer, fitted_parts=fitted_parts,
+                               precision=precision, sparse=sparse, fusion=fusion, tokenizer=tokenizer, fitted_parts=fitted_parts,
                                **part_files)
 
 

@@ -262,3 +262,46 @@ def test_a_question_in_the_text_is_never_offered_as_an_answer(tok):
     assert rows.shape == (len(spans), len(STATIC)) and spans
     assert all(not e.asks[sp.first] for sp in spans)
     assert any(text[sp.start:sp.end].startswith("答：坚持") for sp in spans)
+
+
+def test_long_document_read_near_hits_is_the_same_with_its_whole_text_cached(tok):
+    """A document too long to read whole is read near each question's hits: with its whole-text part cached
+    (code points, normalised text, sentence offsets, sentence tokens) and only the kept spans' rows computed,
+    the question's spans and rows equal those of an entry built from scratch."""
+    from dataclasses import replace as dc_replace
+
+    from answers.answer import AnswerConfig, _focused
+    from answers.doc_cache import DocumentCache
+
+    text = "".join(f"第{i}条 本市对{'数据' if i % 3 else '物资'}保障工作给予补贴{i * 10}万元；具体办法由市政府另行制定。"
+                   for i in range(1, 80))
+    cache, cfg = DocumentCache(4), dc_replace(AnswerConfig(), focus_sentences=3)
+    ranges = [(120, 400), (1500, 1700)]
+    want_sents = [s for s in sentence_offsets(text) if any(a - cfg.margin <= s[0] < b + cfg.margin for a, b in ranges)]
+    whole = cache.whole("d", text)
+    assert whole.near(ranges, cfg.margin) == want_sents and 0 < len(want_sents) < len(sentence_offsets(text))
+    assert cache.whole("d", text) is whole  # kept, not recomputed
+    fresh = build_entry(text, "补贴办法", want_sents, tok[0])
+    for _ in range(2):  # the second reads its sentence tokens from the cache
+        cached = build_entry(text, "补贴办法", want_sents, tok[0], whole, static=False)
+        assert cached.static is None and cached.sent_counts == fresh.sent_counts and cached.norm == fresh.norm
+        assert np.array_equal(cached.norm_at, fresh.norm_at) and np.array_equal(cached.codes, fresh.codes)
+        bm = bm25_scores(["数据", "补贴"], cached.sent_counts, cached.sent_lens)
+        spans, rows = _focused("数据保障补贴多少？", bm, cached, "补贴办法", cfg)
+        want_spans, want_rows = _focused("数据保障补贴多少？", bm, fresh, "补贴办法", cfg)
+        assert spans == want_spans and np.array_equal(rows, want_rows) and len(spans) > 0
+    assert set(whole.tokens) == {text[a:b] for a, b in want_sents} | {"补贴办法"}  # each text segmented once
+
+
+def test_warm_builds_short_entries_and_long_whole_texts(tok):
+    from types import SimpleNamespace
+
+    from answers.doc_cache import DocumentCache
+
+    long_text = "第一条 本市对数据保障工作给予补贴。" * 40
+    store = SimpleNamespace(text={"short": DOCS[0][0], "long": long_text, "empty": ""},
+                            meta={"short": {"title": DOCS[0][1]}})
+    cache = DocumentCache(8)
+    assert cache.warm(store, tok[0], max_chars=200) == 2
+    assert len(cache) == 1 and len(cache._wholes) == 1  # the long one only as its whole-text part
+    assert cache.whole("long", long_text).norm == normalized(long_text)[0]

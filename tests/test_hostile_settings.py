@@ -31,6 +31,7 @@ BAD = {
     "segment_parts=0": "PipelineConfig.segment_parts = 0",
     "embed_parts=0": "PipelineConfig.embed_parts = 0",
     "embed_batch_size=0": "PipelineConfig.embed_batch_size = 0",
+    "embed_precision=fp8": "PipelineConfig.embed_precision = 'fp8': must be one of",
     "model.hidden_size=33": "model.hidden_size = 33: must be a multiple of model.num_attention_heads",
     "model.num_hidden_layers=0": "ModelSize.num_hidden_layers = 0",
     "model.fusion=\"sum\"": "ModelSize.fusion = 'sum': must be one of",
