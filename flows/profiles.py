@@ -74,9 +74,10 @@ class PipelineConfig:
                                         precision="bf16", freeze="bert.embeddings.word_embeddings")
     # batches of similar length (TrainConfig.group_by_length): random batches of PolicySM-1 pad to 1.88x their
     # real pieces
+    # the heap trimmed every 10 steps (TrainConfig.trim_every): the fine-tuning is the main job's memory peak
     finetune: TrainConfig = TrainConfig(epochs=1, batch_size=32, lr=5e-5, log_every=100, eval_every=600,
                                         save_every=200, precision="bf16", freeze="bert.embeddings.word_embeddings",
-                                        group_by_length=True)
+                                        group_by_length=True, trim_every=10)
     # fine-tuning pairs are cut to this many tokens (pieces or chars; PolicySM-1 pairs average 26 pieces)
     finetune_max_len: int = 64
     # dev/test pairs evaluated in fine-tuning (a seeded sample above it): 1x has ~4,000 per split, so this only

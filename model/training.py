@@ -56,7 +56,9 @@ class TrainConfig:
     pretrained body learns faster than the body: ``classifier=20``, the discriminative rates of Howard & Ruder
     2018, "Universal Language Model Fine-tuning"); group_by_length: batches of examples of similar length
     (:func:`length_grouped_order`, transformers' ``group_by_length``): PolicySM-1's random batches of 32 pad to
-    1.88x their real pieces, so grouped batches read far fewer positions per step."""
+    1.88x their real pieces, so grouped batches read far fewer positions per step; trim_every: optimiser steps
+    between handing the heap's freed pages back to the system (:class:`HeapTrim`; 0: never): batches of changing
+    shapes leave the glibc heap fragmented, and the fine-tuning's resident set grows with it."""
 
     epochs: int = 1
     max_steps: int | None = None
@@ -77,6 +79,7 @@ class TrainConfig:
     freeze: str = ""
     lr_scales: str = ""
     group_by_length: bool = False
+    trim_every: int = 0
 
     def __post_init__(self):
         check_choice(self, "precision", PRECISIONS)
@@ -85,7 +88,7 @@ class TrainConfig:
                      max_steps=(1, None), batch_size=(1, 1 << 16), eval_batch_size=(1, 1 << 16), lr=(">", 0, 10),
                      warmup_ratio=(0, 1), warmup_steps=(0, None),
                      weight_decay=(0, 10), grad_accum=(1, 1 << 16), seed=(0, 2 ** 32 - 1), log_every=(1, None),
-                     save_every=(0, None), eval_every=(0, None), num_workers=(0, 256))
+                     save_every=(0, None), eval_every=(0, None), num_workers=(0, 256), trim_every=(0, None))
 
 
 def _tty() -> bool:
@@ -517,6 +520,22 @@ class TimeBudget(Callback):
 
 
 @dataclass
+class HeapTrim(Callback):
+    """Every ``every`` optimiser steps (> 0), hands the heap's freed pages back to the system
+    (:func:`storage.memory.trim_heap`, glibc ``malloc_trim``): activations of changing shapes free memory the
+    heap keeps, fragmented, so the process's resident set grows over a run without it. Measured on the
+    cpu-small fine-tuning stage alone (150 steps, one thread): peak 3,003 MiB against 3,120 at step 100."""
+
+    every: int
+
+    def on_step(self, loop: Loop) -> None:
+        from storage.memory import trim_heap
+
+        if loop.state.step % self.every == 0:
+            trim_heap()
+
+
+@dataclass
 class EarlyStopping(Callback):
     """Ends the run (:meth:`Loop.stop`) once ``patience`` evaluations in a row brought no new best point (the
     :class:`Evaluate` of :func:`train`'s ``best_metric``, which runs before this callback); counted from
@@ -614,7 +633,8 @@ def train(model: torch.nn.Module, examples: Examples, collate_fn: Callable, cfg:
         raise ValueError("no training examples")
     loop = _start(model, len(get(0)), cfg, log, Path(state_dir) if state_dir is not None else None)
     cbs = [LogLoss(cfg.log_every), *([Evaluate(evaluate, cfg.eval_every, best_metric, loop.state_dir)] if evaluate
-                                     else []), SaveState(cfg.save_every), Progress(on_step), *callbacks]
+                                     else []), SaveState(cfg.save_every), Progress(on_step),
+           *([HeapTrim(cfg.trim_every)] if cfg.trim_every else []), *callbacks]
     t0, tokens0 = time.perf_counter(), loop.state.tokens
     while loop.state.step < loop.total:
         _run_epoch(loop, get(loop.state.epoch), collate_fn, cbs)

@@ -50,9 +50,15 @@ def reset_peak() -> bool:
 
 
 def release_memory() -> bool:
-    """Collect garbage, then hand freed heap pages back to the system (glibc ``malloc_trim(0)``). Returns True
+    """Collect garbage, then hand freed heap pages back to the system (:func:`trim_heap`). Returns True
     when the trim ran (glibc found), False otherwise (other libc: only the collection ran)."""
     gc.collect()
+    return trim_heap()
+
+
+def trim_heap() -> bool:
+    """Hand the heap's freed pages back to the system (glibc ``malloc_trim(0)``: every arena, whole free pages
+    inside the heap too), without a garbage collection. Returns False where glibc is not found (a no-op)."""
     try:  # the symbols already loaded into this process (libc among them): no library search, no subprocess
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

@@ -468,3 +468,25 @@ def test_a_time_budget_and_early_stopping_end_a_run_on_its_best_point():
         TimeBudget(0)
     with pytest.raises(ValueError, match="patience"):
         EarlyStopping(patience=0)
+
+
+def test_heap_trim_runs_every_n_steps_and_keeps_the_weights(monkeypatch):
+    """TrainConfig.trim_every: the heap is trimmed after every n-th optimiser step, and a trimmed run ends on the
+    same weights as an untrimmed one (trimming frees only what is already free)."""
+    import storage.memory
+
+    steps = []
+    real = storage.memory.trim_heap
+    monkeypatch.setattr(storage.memory, "trim_heap", lambda: steps.append(1) or real())
+    fn = lambda ex: collate(ex, 4)  # noqa: E731
+    runs = []
+    for every in (0, 2):
+        model = _model()
+        cfg = TrainConfig(epochs=1, batch_size=8, lr=1e-3, log_every=1, save_every=0, trim_every=every)
+        run = train(model, _examples(), fn, cfg, log=lambda s: None)
+        runs.append((run["steps"], [p.detach().clone() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0] == 5 and len(steps) == 2  # steps 2 and 4 of 5
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+    assert real() in (True, False)
+    with pytest.raises(ValueError, match="trim_every"):
+        TrainConfig(trim_every=-1)
