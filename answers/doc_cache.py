@@ -120,38 +120,33 @@ class DocumentCache:
         self._wholes: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
+    def _kept(self, table: OrderedDict, key: tuple, same: Callable[[object], bool], build: Callable[[], object]):
+        """``table[key]`` when present and ``same(it)`` (marked most recently used), else ``build()`` stored
+        under ``key``, the table cut to its ``max_docs`` most recently used. Built outside the lock."""
+        with self._lock:
+            found = table.get(key)
+            if found is not None and same(found):
+                table.move_to_end(key)
+                return found
+        made = build()
+        with self._lock:
+            table[key] = made
+            while len(table) > self.max_docs:
+                table.popitem(last=False)
+        return made
+
     def whole(self, doc_id: str, text: str) -> WholeText:
         """The :class:`WholeText` of a long document, computed on first sight and kept: a question reading
         sentences near its hits then pays only for those (:func:`answers.answer.prepare`)."""
-        key = (doc_id, len(text), hash(text))
-        with self._lock:
-            part = self._wholes.get(key)
-            if part is not None and len(part.codes) == len(text):
-                self._wholes.move_to_end(key)
-                return part
-        part = WholeText.of(text)
-        with self._lock:
-            self._wholes[key] = part
-            while len(self._wholes) > self.max_docs:
-                self._wholes.popitem(last=False)
-        return part
+        return self._kept(self._wholes, (doc_id, len(text), hash(text)), lambda w: len(w.codes) == len(text),
+                          lambda: WholeText.of(text))
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, doc_id: str, text: str, title: str, tokenize) -> DocumentEntry:
-        key = (doc_id, title, len(text), hash(text))
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry.text == text:
-                self._entries.move_to_end(key)
-                return entry
-        entry = build_entry(text, title, sentence_offsets(text), tokenize)
-        with self._lock:
-            self._entries[key] = entry
-            while len(self._entries) > self.max_docs:
-                self._entries.popitem(last=False)
-        return entry
+        return self._kept(self._entries, (doc_id, title, len(text), hash(text)), lambda e: e.text == text,
+                          lambda: build_entry(text, title, sentence_offsets(text), tokenize))
 
     def warm(self, store, tokenize, max_chars: int) -> int:
         """Build the entries of the store's documents of at most ``max_chars`` chars and the :class:`WholeText`

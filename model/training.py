@@ -31,6 +31,7 @@ from transformers import get_linear_schedule_with_warmup
 from model.baselines import classification_scores
 from storage.atomic import atomic_path
 from storage.bounds import check_bounds, check_choice
+from storage import memory
 
 Log = Callable[[str], None]
 Examples = Union[Sequence[dict], Callable[[int], Sequence[dict]]]
@@ -530,10 +531,8 @@ class HeapTrim(Callback):
     every: int
 
     def on_step(self, loop: Loop) -> None:
-        from storage.memory import trim_heap
-
         if loop.state.step % self.every == 0:
-            trim_heap()
+            memory.trim_heap()
 
 
 @dataclass

@@ -40,7 +40,8 @@ def token_batches(lengths: Sequence[int], max_rows: int, max_tokens: int = MAX_B
     batches, start = [], 0
     for end in range(1, len(order) + 1):
         # the batch [start, end) padded to its last (longest) row
-        if end - start > max_rows or (end - start) * int(lengths[order[end - 1]]) > max_tokens and end - start > 1:
+        rows = end - start
+        if rows > max_rows or (rows > 1 and rows * int(lengths[order[end - 1]]) > max_tokens):
             batches.append(order[start:end - 1])
             start = end - 1
     if start < len(order):
