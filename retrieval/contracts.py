@@ -47,6 +47,7 @@ INDEX = Stage("index", "answers.stages:index_publish_stage", reads=("documents_c
               gpu=True)
 EVALUATE = Stage("evaluate-retrieval", "retrieval.stages:evaluate_stage", reads=("documents_clean", "index"),
                  writes=(table("eval/retrieval"),),
-                 settings={"segmenter": "segmenter", "seed": "pairs.seed", "cfg": "evaluate"},
+                 settings={"segmenter": "segmenter", "seed": "pairs.seed", "cfg": "evaluate",
+                           "precision": "embed_precision"},
                  args={"clean_dir": "documents_clean", "index_root": "index", "out_dir": "eval/retrieval"})
 STAGES = (RETRIEVAL_ENCODER, INDEX_PLAN, EMBED_PART, INDEX, EVALUATE)

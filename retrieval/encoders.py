@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from retrieval.encoding import token_batches
+from retrieval.encoding import WIDTH_MULTIPLE, padded_width, token_batches
 
 if TYPE_CHECKING:
     from model.features import CharEncoder, WordMatcher
@@ -121,17 +121,19 @@ class Encoder(_Interface):
                    info=RetrievalInfo.load(ckpt_dir), precision=precision or "auto")
 
     @classmethod
-    def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13):
-        """Same architecture and inputs as ``ckpt_dir`` but randomly initialised (a baseline)."""
+    def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13, precision: str | None = None):
+        """Same architecture and inputs as ``ckpt_dir`` but randomly initialised (a baseline); ``precision`` as in
+        :meth:`from_checkpoint` (None: the kind's default)."""
         import torch
 
         if checkpoint_type(ckpt_dir) == "bert":
-            return BertEncoder.untrained_like(ckpt_dir, seed)
+            return BertEncoder.untrained_like(ckpt_dir, seed, precision=precision or "fp32")
         from model import PolicyBertModel
 
         model, enc, matcher = load_encoder(ckpt_dir)
         torch.manual_seed(seed)
-        return cls(PolicyBertModel(model.config), enc, matcher, info=RetrievalInfo.load(ckpt_dir))
+        return cls(PolicyBertModel(model.config), enc, matcher, info=RetrievalInfo.load(ckpt_dir),
+                   precision=precision or "auto")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` as given (no instruction), float32 (n, hidden), L2-normalised."""
@@ -178,14 +180,14 @@ class BertEncoder(_Interface):
                    batch_size, device, RetrievalInfo.load(ckpt_dir, "bert"), precision=precision)
 
     @classmethod
-    def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13) -> "BertEncoder":
-        """Same config, random init (a baseline)."""
+    def untrained_like(cls, ckpt_dir: str | os.PathLike, seed: int = 13, precision: str = "fp32") -> "BertEncoder":
+        """Same config, random init (a baseline); ``precision``: the forward's autocast."""
         import torch
         from transformers import BertConfig, BertModel
 
         torch.manual_seed(seed)
         return cls(BertModel(BertConfig.from_pretrained(str(ckpt_dir)), add_pooling_layer=False),
-                   cls.load_tokenizer(ckpt_dir), info=RetrievalInfo.load(ckpt_dir, "bert"))
+                   cls.load_tokenizer(ckpt_dir), info=RetrievalInfo.load(ckpt_dir, "bert"), precision=precision)
 
     @property
     def window(self) -> int:
@@ -213,7 +215,9 @@ class BertEncoder(_Interface):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors of ``texts`` as given (no instruction), float32 (n, hidden), L2-normalised; windows of one
         text averaged weighted by their content token counts. Windows are batched by length, at most
-        ``batch_size`` rows and :data:`retrieval.encoding.MAX_BATCH_TOKENS` padded positions a batch."""
+        ``batch_size`` rows and :data:`retrieval.encoding.MAX_BATCH_TOKENS` padded positions a batch, each batch
+        padded to a multiple of :data:`retrieval.encoding.WIDTH_MULTIPLE` positions (masked: the vectors do not
+        depend on it beyond rounding)."""
         import torch
 
         from model.training import autocast, resolve_device
@@ -230,8 +234,9 @@ class BertEncoder(_Interface):
         sums = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float64)
         pad, done = self.tokenizer.pad_token_id or 0, 0
         with torch.no_grad():
-            for idx in token_batches([len(x) for x in wins], self.batch_size):
-                width = max(len(wins[j]) for j in idx)
+            for idx in token_batches([len(x) for x in wins], self.batch_size, multiple=WIDTH_MULTIPLE,
+                                     cap=self.window):
+                width = padded_width(max(len(wins[j]) for j in idx), WIDTH_MULTIPLE, self.window)
                 ids = torch.full((len(idx), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(idx), width), dtype=torch.long)
                 for r, j in enumerate(idx):

@@ -109,8 +109,10 @@ def _dense_row(name: str, retriever: Retriever, rows: np.ndarray, vecs: np.ndarr
                                           queries["doc_id"].astype(str).tolist())}
 
 
-def untrained_rows(retriever: Retriever, index_root, queries: pd.DataFrame, cfg: EvalConfig) -> list[dict]:
-    """The rows of the same encoder architecture randomly initialised (``untrained``: what training adds).
+def untrained_rows(retriever: Retriever, index_root, queries: pd.DataFrame, cfg: EvalConfig,
+                   precision: str | None = None) -> list[dict]:
+    """The rows of the same encoder architecture randomly initialised (``untrained``: what training adds), its
+    passages embedded under ``precision`` (the index's ``embed_precision``; None: the encoder kind's default).
 
     Up to ``cfg.untrained_max_chunks`` chunks: one row over the whole version. Above it, with
     ``cfg.untrained_sample_chunks``: ``untrained@sample`` and ``policybert@sample`` (the version's stored
@@ -126,7 +128,7 @@ def untrained_rows(retriever: Retriever, index_root, queries: pd.DataFrame, cfg:
         queries = queries[queries["doc_id"].astype(str).isin(in_sample)].reset_index(drop=True)
         if not len(rows) or not len(queries):
             return []
-    enc = Encoder.untrained_like(encoder_dir_of(index_root, retriever.manifest), cfg.seed)
+    enc = Encoder.untrained_like(encoder_dir_of(index_root, retriever.manifest), cfg.seed, precision)
     vecs = enc.encode_corpus(retriever.chunks["text"].to_numpy()[rows].tolist())
     out = [_dense_row("untrained" if len(rows) == n else "untrained@sample", retriever, rows, vecs,
                       enc.encode_queries(queries["query"].tolist()), queries, cfg.k)]

@@ -236,7 +236,7 @@ def retrieval_train_stage(clean_dir, ckpt_dir, out_dir, cfg=None, segmenter: str
 
 
 def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed: int = 13, *,
-                   cfg: EvalConfig | None = None, tokenizer=None) -> dict:
+                   cfg: EvalConfig | None = None, tokenizer=None, precision: str | None = None) -> dict:
     """Known-item evaluation of the serving index version (:mod:`retrieval.evaluate`): its dense side, its
     own BM25 side and its hybrid, the untrained encoder (up to ``cfg.untrained_max_chunks`` chunks, else over a
     document sample beside the version's vectors on it: :func:`retrieval.evaluate.untrained_rows`) and the
@@ -244,7 +244,8 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
 
     ``segmenter`` is not used for ranking (the BM25 row tokenizes with the segmenter recorded in the version);
     ``seed`` initialises the untrained encoder unless ``cfg`` is given; ``tokenizer``: an already loaded
-    ``make_tokenizer`` result of that segmenter. Writes the table (system, recall@1/5/10, mrr@10, queries) to
+    ``make_tokenizer`` result of that segmenter; ``precision``: the autocast the untrained encoder embeds its
+    passages with (the index's ``embed_precision``: the baseline costs what the index's embedding costs). Writes the table (system, recall@1/5/10, mrr@10, queries) to
     ``out_dir`` and returns ``{"table": records, **ann recalls, "queries"}``.
 
     Raises:
@@ -255,7 +256,7 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
     version = r.manifest["version"]
     queries = read_queries(clean_dir)
     rows = version_rows(r, queries, cfg)
-    untrained = untrained_rows(r, index_root, queries, cfg)
+    untrained = untrained_rows(r, index_root, queries, cfg, precision)
     rows[1:1] = untrained
     table = pd.DataFrame(rows)
     extra = ann_recalls(r, queries)
@@ -275,12 +276,13 @@ def retrieval_encoder_stage(clean_dir, finetuned_dir, e5_dir, backbone_dir, out_
     and copy it to ``out_dir`` with ``choice.json``.
 
     Candidates: ``pretrained`` (``e5_dir``, when the backbone stage converted one), ``finetuned`` (the
-    PolicySM-1 fine-tuned PolicyBERT) and, when its char body was initialised from ``backbone_dir``,
-    ``merged-<alpha>`` for each ``cfg.merge_alphas`` (built under ``scratch_dir``, the pretrained encoder's
-    pooling and instructions kept).
+    PolicySM-1 fine-tuned PolicyBERT; beside a pretrained encoder only when ``cfg.score_finetuned``) and, when
+    its char body was initialised from ``backbone_dir``, ``merged-<alpha>`` for each ``cfg.merge_alphas`` (built
+    under ``scratch_dir``, the pretrained encoder's pooling and instructions kept).
     """
     candidates = {"pretrained": e5_dir} if has_checkpoint(e5_dir) else {}
-    candidates["finetuned"] = finetuned_dir
+    if cfg.score_finetuned or not candidates:
+        candidates["finetuned"] = finetuned_dir
     if has_checkpoint(backbone_dir):
         for alpha in cfg.merge_alphas:
             try:
@@ -291,7 +293,8 @@ def retrieval_encoder_stage(clean_dir, finetuned_dir, e5_dir, backbone_dir, out_
                 log.warning("no merged candidate: %s", exc)
                 break
     docs = dev_docs(iter_table(clean_dir, ["doc_id", "text"]), read_manifest(clean_dir)["rows"], cfg)
+    only = next(iter(candidates.items()))  # one candidate: nothing to choose between
     choice = choose_encoder(candidates, docs, cfg) if len(candidates) > 1 else {
-        "chosen": "finetuned", "dir": str(finetuned_dir), "table": [], "dev": {}, "config": asdict(cfg)}
+        "chosen": only[0], "dir": str(only[1]), "table": [], "dev": {}, "config": asdict(cfg)}
     write_choice(choice, out_dir)
     return {"chosen": choice["chosen"], "table": choice["table"], "dev": choice["dev"]}

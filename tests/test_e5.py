@@ -239,6 +239,25 @@ def test_token_batches_bound_rows_and_padded_positions():
         token_batches([1], 0)
 
 
+def test_width_buckets_bound_the_distinct_batch_shapes():
+    """Widths rounded to WIDTH_MULTIPLE (an eighth of it for short windows), capped by the window: 300 windows of
+    every length up to 512 give at most 8 + 8 widths, each batch within its padded token budget."""
+    from retrieval.encoding import WIDTH_MULTIPLE, padded_width, token_batches
+
+    assert padded_width(20, 64) == 24 and padded_width(64, 64) == 64 and padded_width(65, 64) == 128
+    assert padded_width(500, 64, cap=512) == 512 and padded_width(510, 64, cap=500) == 510  # never below longest
+    assert padded_width(7) == 7
+    lengths = list(np.random.default_rng(0).integers(3, 513, 300))
+    batches = token_batches(lengths, 64, 8192, multiple=WIDTH_MULTIPLE, cap=512)
+    widths = [padded_width(max(lengths[i] for i in b), WIDTH_MULTIPLE, 512) for b in batches]
+    assert len(set(widths)) <= 16 and all(w % WIDTH_MULTIPLE == 0 or w == 512 for w in widths if w > 64)
+    assert all(w >= max(lengths[i] for i in b) for b, w in zip(batches, widths))
+    assert all(len(b) * w <= 8192 or len(b) == 1 for b, w in zip(batches, widths))
+    assert sorted(int(i) for b in batches for i in b) == list(range(300))
+    with pytest.raises(ValueError, match="multiple = 0"):
+        token_batches([1], 4, multiple=0)
+
+
 def test_batch_size_and_bf16_keep_the_vectors_on_real_text(e5):
     """Batches of 1 and of many windows give the same vectors (padding is masked out); bf16 autocast, the
     index's embedding precision on cpu-small, stays within cosine 0.9999 of float32."""

@@ -127,3 +127,30 @@ def test_a_candidate_replaces_the_default_only_by_more_than_one_standard_error()
     assert chosen is clear and rule == {"rule": "one standard error", "best": "tuned", "kept_default": False}
     tie = _row("other", [2.0] * 33)
     assert one_se_choice([clear, tie])[0] is clear  # ties go to the first
+
+
+def test_the_finetuned_classifier_is_scored_only_when_asked_or_alone(tmp_path):
+    """``score_finetuned=False`` leaves the fine-tuned checkpoint out beside a pretrained encoder (one candidate
+    left: chosen without scoring, and it is the pretrained one); with no pretrained encoder it is still the
+    encoder; with the default both are scored on the dev split."""
+    from retrieval.stages import retrieval_encoder_stage
+    from storage import write_table
+
+    pre, fine = _bert(tmp_path / "pre", 0), _bert(tmp_path / "fine", 1)
+    text = "".join(chr(0x4E00 + i % 35) for i in range(400))
+    docs = pd.DataFrame({"doc_id": [f"d{i}" for i in range(6)],
+                         "text": ["。".join(text[j:j + 40] for j in range(i, 400, 41)) for i in range(6)]})
+    write_table(docs, tmp_path / "clean", name="documents_clean")
+    cfg = EncoderChoiceConfig(dev_docs=6, max_queries=6, score_finetuned=False)
+    out = retrieval_encoder_stage(tmp_path / "clean", fine, pre, tmp_path / "no-backbone", tmp_path / "c1", cfg,
+                                  tmp_path / "scratch")
+    assert out["chosen"] == "pretrained" and out["table"] == []
+    assert json.loads((tmp_path / "c1" / "choice.json").read_text())["dir"] == str(pre)
+    out = retrieval_encoder_stage(tmp_path / "clean", fine, tmp_path / "no-e5", tmp_path / "no-backbone",
+                                  tmp_path / "c2", cfg, tmp_path / "scratch")
+    assert out["chosen"] == "finetuned"
+    out = retrieval_encoder_stage(tmp_path / "clean", fine, pre, tmp_path / "no-backbone", tmp_path / "c3",
+                                  EncoderChoiceConfig(dev_docs=6, max_queries=6), tmp_path / "scratch")
+    assert {r["encoder"] for r in out["table"]} == {"pretrained", "finetuned"}
+    with pytest.raises(ValueError, match="score_finetuned"):
+        EncoderChoiceConfig(score_finetuned="no")

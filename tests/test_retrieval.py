@@ -207,6 +207,15 @@ def test_evaluation_reads_the_version_and_skips_untrained_above_its_size(tmp_pat
     assert sampled["untrained_sampled"] and not sampled["untrained_skipped"]
     n_sample = st.loc["untrained@sample", "queries"]
     assert 0 < n_sample < 16 and st.loc["policybert@sample", "queries"] == n_sample
+    # the untrained baseline embeds under the index's autocast (the stage's precision setting), same sample
+    bf16 = evaluate_stage(clean, tmp_path / "index", tmp_path / "eval4", tokenizer=tok, precision="bf16",
+                          cfg=EvalConfig(untrained_max_chunks=s["chunks"] - 1, untrained_sample_chunks=half))
+    bt = pd.DataFrame(bf16["table"]).set_index("system")
+    assert bt.loc["untrained@sample", "queries"] == n_sample
+    assert abs(bt.loc["untrained@sample", "mrr@10"] - st.loc["untrained@sample", "mrr@10"]) <= 0.2
+    from retrieval.encoders import Encoder
+    assert Encoder.untrained_like(ckpt, precision="bf16").precision == "bf16"
+    assert Encoder.untrained_like(ckpt).precision == "auto"
     with pytest.raises(ValueError):
         EvalConfig(untrained_max_chunks=-1)
     with pytest.raises(ValueError):
