@@ -44,7 +44,7 @@ class EncoderChoiceConfig:
     """merge_alphas: weights of the fine-tuned body in the merged candidates (0 < alpha < 1); dev_docs:
     documents (seeded sample) whose chunks and lead queries make the dev set; max_queries: lead queries kept;
     seed: the samples' seed; precision: the candidates' forward autocast while choosing
-    (:data:`model.training.PRECISIONS`; ``cpu-small``: ``bf16``, which halves the three 12-layer candidates'
+    (:data:`model.training.PRECISIONS`; ``cpu-small``: ``bf16``, which halves the 12-layer candidates'
     embedding time on CPU; the index embeds with the chosen encoder's own default); score_finetuned: whether
     the fine-tuned checkpoint itself is a candidate beside a pretrained encoder (it always is without one).
     SPEC §8 names the merged body, not the fine-tuned one, as the thesis's retrieval encoder: a classifier

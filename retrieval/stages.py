@@ -245,8 +245,8 @@ def evaluate_stage(clean_dir, index_root, out_dir, segmenter: str = "auto", seed
     ``segmenter`` is not used for ranking (the BM25 row tokenizes with the segmenter recorded in the version);
     ``seed`` initialises the untrained encoder unless ``cfg`` is given; ``tokenizer``: an already loaded
     ``make_tokenizer`` result of that segmenter; ``precision``: the autocast the untrained encoder embeds its
-    passages with (the index's ``embed_precision``: the baseline costs what the index's embedding costs). Writes the table (system, recall@1/5/10, mrr@10, queries) to
-    ``out_dir`` and returns ``{"table": records, **ann recalls, "queries"}``.
+    passages with (the index's ``embed_precision``: the baseline costs what the index's embedding costs). Writes
+    the table (system, recall@1/5/10, mrr@10, queries) to ``out_dir`` and returns ``{"table": records, **ann recalls, "queries"}``.
 
     Raises:
         FileNotFoundError: no index published.
@@ -292,9 +292,11 @@ def retrieval_encoder_stage(clean_dir, finetuned_dir, e5_dir, backbone_dir, out_
             except ValueError as exc:  # the fine-tuned model did not start from this backbone
                 log.warning("no merged candidate: %s", exc)
                 break
-    docs = dev_docs(iter_table(clean_dir, ["doc_id", "text"]), read_manifest(clean_dir)["rows"], cfg)
-    only = next(iter(candidates.items()))  # one candidate: nothing to choose between
-    choice = choose_encoder(candidates, docs, cfg) if len(candidates) > 1 else {
-        "chosen": only[0], "dir": str(only[1]), "table": [], "dev": {}, "config": asdict(cfg)}
+    if len(candidates) > 1:
+        docs = dev_docs(iter_table(clean_dir, ["doc_id", "text"]), read_manifest(clean_dir)["rows"], cfg)
+        choice = choose_encoder(candidates, docs, cfg)
+    else:  # one candidate: nothing to choose between
+        (name, folder), = candidates.items()
+        choice = {"chosen": name, "dir": str(folder), "table": [], "dev": {}, "config": asdict(cfg)}
     write_choice(choice, out_dir)
     return {"chosen": choice["chosen"], "table": choice["table"], "dev": choice["dev"]}
