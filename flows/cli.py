@@ -153,18 +153,27 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def preflight(module: str, argv: list[str] | None = None, reexec: bool = True) -> argparse.Namespace:
-    """Parse and validate; on bad input print ``error: …`` and exit 2. Then, unless a Prefect
-    server is configured (``PREFECT_API_URL``), re-exec with Prefect's home under the data dir."""
+    """Parse; unless a Prefect server is configured (``PREFECT_API_URL``), re-exec with Prefect's home under the
+    data dir (:mod:`flows.env`) first, so that the validation (which imports the model code, ~5 s) runs once; then
+    validate: on bad input print ``error: …`` and exit 2."""
     args = parser().parse_args(argv)
+    if reexec and not os.environ.get("PREFECT_API_URL") and _creatable(args.data_dir):
+        reexec_with_prefect_env(args.data_dir, module)
     try:
         validate(args)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    if reexec and not os.environ.get("PREFECT_API_URL"):
-        os.makedirs(prefect_env(args.data_dir)["PREFECT_HOME"], exist_ok=True)
-        reexec_with_prefect_env(args.data_dir, module)
     return args
+
+
+def _creatable(data_dir: str) -> bool:
+    """Whether Prefect's home can be made under ``data_dir`` (else validation names the problem)."""
+    try:
+        os.makedirs(prefect_env(data_dir)["PREFECT_HOME"], exist_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 def _say(message: str) -> None:

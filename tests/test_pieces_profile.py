@@ -118,6 +118,13 @@ def test_no_adaptation_keeps_the_body_and_finetunes_in_bf16(e5, inputs, tmp_path
     start = PolicyBertModel.from_pretrained(tmp_path / "pre", add_pooling_layer=False)
     emb = "embeddings.word_embeddings.weight"
     assert torch.equal(tuned.bert.get_parameter(emb), start.get_parameter(emb))  # frozen
+    # the dev figures reported are the kept point's: the saved model evaluated again on the same dev sample
+    from model.stages import batch_collator, encode_pairs, read_split
+    from model.training import evaluate_classifier
+
+    dev = encode_pairs(read_split(d / "policysm1", "dev", 40, ft.seed), stream, matcher, 64, 24, ft.seed)
+    assert f["best_step"] in (3, 6) and f["dev"] == evaluate_classifier(tuned, dev, batch_collator(tuned.config,
+                                                                                                    stream.pad), ft)
     moved = tuned.bert.encoder.layer[1].output.dense.weight - start.encoder.layer[1].output.dense.weight
     assert float(moved.detach().abs().max()) > 0  # the body trained
 
