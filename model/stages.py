@@ -28,7 +28,8 @@ from model.features import CharEncoder, WordMatcher, build_char_vocab, collate, 
 from model.tokens import PieceStream, as_tokens, load_stream, stream_kind
 from model.modeling import PolicyBertForPreTraining
 from model.pretrain_data import READ_BATCH_ROWS, PretrainDataConfig, ShardedExamples, write_pretrain_epochs
-from model.training import TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, train
+from model.training import (TrainConfig, evaluate_classifier, evaluate_pretraining, on_main_process, point_metrics,
+                            train)
 from storage.contracts import Stage, checkpoint, folder
 from storage import atomic_path, manifest_fingerprint, read_manifest, read_table
 from storage.tables import iter_table
@@ -330,8 +331,7 @@ def _finish_finetuning(model, run, data, split, baselines, fn, cfg, pretrained_d
     evaluating again would repeat 9 s or more on 2 cores)."""
     best = run["best"]  # the kept weights' dev evaluation, made in training on the same examples
     metrics = {"train": run, "best_step": best["step"] if best else None,
-               "dev": {k: v for k, v in best.items() if k not in ("step", "epoch", "train_loss")} if best
-               else evaluate_classifier(model, data["dev"], fn, cfg),
+               "dev": point_metrics(best) if best else evaluate_classifier(model, data["dev"], fn, cfg),
                "test": evaluate_classifier(model, data["test"], fn, cfg),
                "majority_test": float(max(split["test"]["label"].mean(), 1 - split["test"]["label"].mean()))
                if len(split["test"]) else None,

@@ -456,7 +456,7 @@ class Evaluate(Callback):
         """One evaluation (not twice at one step); the state saved after it when keeping the best."""
         s = loop.state
         if loop.main and (not s.curve or s.curve[-1]["step"] != s.step):
-            point = {"step": s.step, "epoch": s.epoch, "train_loss": s.window_loss(), **self.evaluate(loop.unwrapped)}
+            point = {**dict(zip(POINT_KEYS, (s.step, s.epoch, s.window_loss()))), **self.evaluate(loop.unwrapped)}
             loop.unwrapped.train()
             s.curve.append(point)
             loop.log("eval " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in point.items()))
@@ -483,6 +483,15 @@ class Evaluate(Callback):
             self.weights = torch.load(path, map_location="cpu", weights_only=True)
         if self.weights is not None:
             load_trainable_state(loop.unwrapped, self.weights)
+
+
+POINT_KEYS = ("step", "epoch", "train_loss")  # a curve point's own fields, before the evaluation's figures
+
+
+def point_metrics(point: dict) -> dict:
+    """The evaluation's figures of a curve point (:class:`Evaluate`), without the point's own fields
+    (:data:`POINT_KEYS`): what ``evaluate(model)`` returned at that step."""
+    return {k: v for k, v in point.items() if k not in POINT_KEYS}
 
 
 def best_key(point: dict, best_metric: str) -> tuple[float, ...]:
