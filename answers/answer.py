@@ -144,11 +144,13 @@ def _entry(group: DocHits, text: str, title: str, backend, cfg: AnswerConfig, ca
     return cache.get(group.doc_id, text, title, backend.tokenize)
 
 
-def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None, docs: set[str] | None = None) -> list[DocHits]:
+def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None, docs: set[str] | None = None,
+            order=None) -> list[DocHits]:
     """The search's hits for the question ``q`` (its tokens given to the search's BM25 side) grouped by document
     (:func:`group_hits`), ``extra_doc`` added after them when missing. The search checks the question once more
     (``retrieval.query.check_query``, as every search call does: ``QueryError``)."""
     scoped = {} if docs is None else {"docs": docs}  # a scoped search (retrieval.scoped): the allowed doc ids
+    scoped.update({} if order is None else {"order": order})  # and its reorder (retrieval.scope_order)
     groups = group_hits(backend.search(q.text, cfg.search_k, tokens=q.tokens, **scoped), cfg.max_docs)
     if extra_doc is not None and all(g.doc_id != extra_doc for g in groups):
         groups.append(DocHits(extra_doc, [], cfg.search_k, extra=True))
@@ -156,7 +158,7 @@ def _groups(q: Question, backend, cfg: AnswerConfig, extra_doc: str | None, docs
 
 
 def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), extra_doc: str | None = None,
-            cache=None, reranker=None, docs: set[str] | None = None) -> Prepared:
+            cache=None, reranker=None, docs: set[str] | None = None, order=None) -> Prepared:
     """Retrieve, group, split and featurise one question, checked by the caller (:func:`check_question`:
     :meth:`Answerer.answer`; fitting passes its question set's questions stripped and lets the search refuse a
     bad one). The question is segmented once, here (:class:`~answers.features.Question`), and its tokens
@@ -166,9 +168,10 @@ def prepare(question: str, backend, store, cfg: AnswerConfig = AnswerConfig(), e
     same with or without it). ``reranker``: the version's answer cross-encoder (``backend.answer_reranker``)
     when the scorer reads its sentence scores: the span matrix then ends with
     :data:`answers.rerank_features.CE_FEATURES` (the focus sentences of :func:`focus_sentences` scored).
-    ``docs``: the doc ids a scoped search may return (:func:`retrieval.scoped.scoped_docs`); None: all."""
+    ``docs``: the doc ids a scoped search may return (:func:`retrieval.scoped.scoped_docs`); None: all.
+    ``order``: that search's reorder (:func:`retrieval.scoped.scope_order`); None: the search's own order."""
     q = Question.of(question, backend.tokenize)
-    groups = _groups(q, backend, cfg, extra_doc, docs)
+    groups = _groups(q, backend, cfg, extra_doc, docs, order)
     texts = [_text_of(g.doc_id, store) for g in groups]
     entries = [_entry(g, text, meta.get("title") or "", backend, cfg, cache) for g, (text, meta) in zip(groups, texts)]
     bm = bm25_scores(list(q.tokens), [c for e in entries for c in e.sent_counts],
@@ -349,11 +352,11 @@ class Answerer:
         t = time.perf_counter()
         q = check_question(question, k, self.cfg)
         backend = self.backend()
-        scope, docs = _scope(backend, q, filters, bool(infer_scope))
+        scope, docs, order = _scope(backend, q, filters, bool(infer_scope))
         reader = backend.reader(self.scorer_override)
         cfg = self.reader_config(backend)
         prep = prepare(q, backend, backend.store, cfg, cache=backend.doc_cache, reranker=reader.reranker,
-                       docs=docs)
+                       docs=docs, order=order)
         answers = with_policy(backend, reader.read(q, prep, k, cfg.passage_chars))
         res = result_json(q, answers, bool(answers) and answers[0].score >= reader.threshold, reader.threshold,
                           backend.version, backend.encoder_name, time.perf_counter() - t)
@@ -383,15 +386,16 @@ def with_policy(backend, answers: list) -> list:
     return out
 
 
-def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[dict | None, set[str] | None]:
-    """``(scope payload, allowed doc ids)`` of one request (``(None, None)``: unscoped, no filters asked).
+def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[dict | None, set[str] | None, object]:
+    """``(scope payload, allowed doc ids, reorder)`` of one request (``(None, None, None)``: unscoped, no filters
+    asked; the reorder: :func:`retrieval.scoped.scope_order`, None when the scope names no place).
 
     Raises:
         AnswerInputError: a bad filter, or filters on a version without policy records (the message says which).
     """
     if not filters and not infer:
-        return None, None
-    from retrieval.scoped import request_scope as scope_of, scope_payload, scoped_docs
+        return None, None, None
+    from retrieval.scoped import request_scope as scope_of, scope_order, scope_payload, scoped_docs
     from retrieval.parts import PartError
 
     try:
@@ -400,4 +404,4 @@ def _scope(backend, question: str, filters: dict | None, infer: bool) -> tuple[d
         raise
     except ValueError as exc:
         raise AnswerInputError(str(exc)) from None
-    return scope_payload(scope), docs
+    return scope_payload(scope), docs, scope_order(backend.bundle, scope)

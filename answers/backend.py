@@ -129,13 +129,14 @@ class SearchBackend:
         return self.bundle.load(ANSWER_RERANKER_PART)
 
     def search(self, question: str, k: int, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None, docs: set[str] | None = None) -> list[SearchHit]:
+               tokens: Sequence[str] | None = None, docs: set[str] | None = None, order=None) -> list[SearchHit]:
         """Top-``k`` chunks of the version's query pipeline (``hybrid``: search then its reranker, if any;
         ``sparse`` = BM25 alone, for baselines), best first, as :class:`~retrieval.hits.SearchHit` s (chunk_id,
         doc_id, start, end, text, title, source, url, score, dense_score, sparse_score, dense_rank, sparse_rank,
         rerank_score; external_id when the documents had one); ``docs``: the doc ids a scoped search may return
-        (None: all). Raises ``retrieval.query.QueryError`` on a bad question or ``k``."""
-        return self.bundle.pipeline.search(question, k, mode=mode, tokens=tokens, docs=docs)
+        (None: all); ``order``: that search's reorder (:func:`retrieval.scoped.scope_order`). Raises
+        ``retrieval.query.QueryError`` on a bad question or ``k``."""
+        return self.bundle.pipeline.search(question, k, mode=mode, tokens=tokens, docs=docs, order=order)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors (n, dim), L2-normalised float32, from the version's pinned encoder."""

@@ -12,17 +12,28 @@ text after the article number, first 24 chars, is the clause keywords; the quest
 
 Reports hit@1 (gold doc first) and in-scope@5 (share of the top-5 docs whose jurisdiction is the asked place, inside it,
 a parent or national) for: ``bm25`` (no scope), ``gold_scope`` (the asked place as filter, applied inside the
-ranking: scores outside zeroed), ``inferred`` (:func:`retrieval.scope.scope_from_question`), and the cost of the
+ranking: scores outside zeroed), ``inferred`` (:func:`retrieval.scope.scope_from_question`), ``ordered`` (the
+inferred scope's top 30 reordered by :class:`retrieval.scope_order.ScopeOrder`, as the serving search does), and the cost of the
 allowed-documents step alone (``allowed_ms``): p50 / mean ms per question of :func:`retrieval.scope.allowed_docs`
 recomputed, and of :class:`retrieval.scope.AllowedCache` warm (its scopes computed once before timing).
+
+``--write-questions FILE`` writes the same questions as the JSON Lines ``flows.search --questions`` reads (qid and
+question only: the scope is left to the search to infer); ``--score FILE`` scores what that search printed
+(``flows.search --questions FILE --json``: the first hit's ``external_id`` against the gold id, in-scope@5 over
+the distinct documents of the printed hits, their ``jurisdiction.code``), so the figure is the serving search's
+own, end to end (:func:`score_results`).
 
 ``--data-dir DIR`` measures the serving search instead (:func:`serving`): the version ``DIR/index/CURRENT`` names,
 questions ``"<place> <title>"`` on its documents of a known place below 全国, warm p50 per question of the
 unscoped search, the search scoped to the place (explicit ``region``, :func:`retrieval.scoped.scoped_docs`: the
-allowed set cached per scope) and the same scope with the allowed set recomputed per question.
+allowed set cached per scope), the same scope with the allowed set recomputed per question, and the scoped search
+with its reorder (:func:`retrieval.scoped.scope_order`, what ``flows.search`` serves).
 
     .venv/bin/python -m bench.scope_bench --corpus /work/shared/corpora/lawrefbook.jsonl.gz --out scope.json
     .venv/bin/python -m bench.scope_bench --data-dir data --rounds 5
+    .venv/bin/python -m bench.scope_bench --write-questions q.jsonl
+    .venv/bin/python -m flows.search --questions q.jsonl --data-dir DIR -k 10 --json > r.jsonl
+    .venv/bin/python -m bench.scope_bench --score r.jsonl
 """
 from __future__ import annotations
 
@@ -115,14 +126,16 @@ def run(corpus: str, seed: int = 0, n: int = 300, sample: int | None = None) -> 
     bm = bm25s.BM25()
     bm.index([bigrams(r["title"] + "\n" + r["text"]) for r in rows], show_progress=False)
     build_s = time.perf_counter() - t0
-    res = {m: {"hit@1": 0, "in_scope@5": 0.0, "seconds": 0.0} for m in ("bm25", "gold_scope", "inferred")}
+    text_of = {r["id"]: r["title"] + "\n" + r["text"] for r in rows}
+    res = {m: {"hit@1": 0, "in_scope@5": 0.0, "seconds": 0.0} for m in ("bm25", "gold_scope", "inferred", "ordered")}
     wrong_scope = 0
     for q in qs:
         scores = bm.get_scores(bigrams(q["question"]))
         gold_scope = parse_filters({"region": q["region"]}, divs)
         for m in res:
             t = time.perf_counter()
-            scope = {"bm25": None, "gold_scope": gold_scope, "inferred": scope_from_question(q["question"], divs)}[m]
+            scope = (None if m == "bm25" else gold_scope if m == "gold_scope"
+                     else scope_from_question(q["question"], divs))
             s = scores
             if scope is not None:
                 allowed = allowed_docs(scope, records, divs)
@@ -130,8 +143,10 @@ def run(corpus: str, seed: int = 0, n: int = 300, sample: int | None = None) -> 
                     s = np.where(np.isin(ids, list(allowed)), scores, -np.inf)
                 if m == "inferred" and scope.asked != gold_scope.asked:
                     wrong_scope += 1
-            order = np.argsort(-s, kind="stable")[:5]
+            order = np.argsort(-s, kind="stable")[:5 if m != "ordered" else 30]
             top = ids[order[np.isfinite(s[order])]]
+            if m == "ordered" and scope is not None and scope.asked:
+                top = np.array(reorder(q["question"], top, scope, code_of, text_of))[:5]
             res[m]["seconds"] += time.perf_counter() - t
             res[m]["hit@1"] += int(top[0] == q["gold"])
             res[m]["in_scope@5"] += float(np.mean([_in(code_of[d], gold_scope, divs) for d in top])) if len(top) else 1.0
@@ -142,6 +157,46 @@ def run(corpus: str, seed: int = 0, n: int = 300, sample: int | None = None) -> 
             "inferred_scope_differs": wrong_scope, "systems": res,
             "allowed_ms": allowed_cost([parse_filters({"region": q["region"]}, divs) for q in qs], records, divs),
             "examples": qs[:3]}
+
+
+def score_results(results: list[dict], qs: list[dict]) -> dict:
+    """hit@1 and in-scope@5 of ``flows.search --questions --json`` output lines ``results`` for questions ``qs``
+    (:func:`questions`, matched by qid): the first hit's ``external_id`` (else ``doc_id``) against the gold id;
+    in-scope@5 over the first 5 distinct documents of the hits, by each hit's ``jurisdiction.code`` against the
+    question's gold place (a hit of unknown jurisdiction counts out of scope). ``scope_differs``: questions whose
+    printed scope did not ask exactly the gold place; ``errors``: error lines or questions with no output line."""
+    divs, by_qid = D.load_divisions(), {str(r.get("qid")): r for r in results}
+    hit1, in5, differs, errors = 0, 0.0, 0, 0
+    for q in qs:
+        r = by_qid.get(q["qid"])
+        if r is None or "error" in r:
+            errors += 1
+            continue
+        docs, seen = [], set()
+        for h in r.get("hits", []):
+            d = str(h.get("external_id") or h.get("doc_id"))
+            if d not in seen:
+                seen.add(d)
+                docs.append((d, (h.get("jurisdiction") or {}).get("code")))
+        gold_scope = parse_filters({"region": q["region"]}, divs)
+        hit1 += int(bool(docs) and docs[0][0] == q["gold"])
+        top = docs[:5]
+        in5 += float(np.mean([c is not None and _in(c, gold_scope, divs) for _, c in top])) if top else 1.0
+        differs += int(tuple((r.get("scope") or {}).get("region") or ()) != gold_scope.asked)
+    n = len(qs)
+    return {"questions": n, "hit@1": round(hit1 / n, 4), "in_scope@5": round(in5 / n, 4),
+            "scope_differs": differs, "errors": errors}
+
+
+def reorder(question: str, top, scope, code_of: dict, text_of: dict) -> list[str]:
+    """Doc ids ``top`` (best first) in :class:`retrieval.scope_order.ScopeOrder`'s order for ``scope``, each
+    document's whole text standing for its hit's chunk."""
+    from retrieval.hits import SearchHit
+    from retrieval.scope_order import ScopeOrder
+
+    hits = [SearchHit(score=0.0, mode="sparse", chunk_id=i, doc_id=d, start=0, end=0, text=text_of[d])
+            for i, d in enumerate(top)]
+    return [h.doc_id for h in ScopeOrder(frozenset(scope.asked), code_of.get)(question, hits)]
 
 
 def _ms(times: list[float]) -> dict:
@@ -170,7 +225,8 @@ def serving(data_dir: str, rounds: int = 5, k: int = 10, limit: int = 200,
     """Warm p50 of the serving search (module doc) in each of ``modes`` (``sparse``: BM25 alone, where the filter's
     share shows; ``hybrid``: what ``flows.search`` serves, the query encoder included): ``unscoped``, ``scoped``
     (the place as ``region``, allowed set cached per scope by :func:`retrieval.scoped.scoped_docs`) and
-    ``scoped_recomputed`` (the same scope, the allowed set recomputed per question), each question once per
+    ``scoped_recomputed`` (the same scope, the allowed set recomputed per question), ``scoped_ordered`` (the
+    cached scope and its :func:`retrieval.scoped.scope_order`: what ``flows.search`` serves), each question once per
     round in rotating order after a warm-up pass; ``scope_step``: the request's scope and allowed set alone,
     cached and recomputed; ``allowed``: the mean size of the allowed set. ``reuse_vectors``: each question's query
     vector computed once (in the warm-up) and reused, so the timings are the search without the query encoder
@@ -179,7 +235,7 @@ def serving(data_dir: str, rounds: int = 5, k: int = 10, limit: int = 200,
 
     from retrieval.bundle import load_bundle
     from retrieval.policy_records import POLICY_PART
-    from retrieval.scoped import request_scope, scoped_docs
+    from retrieval.scoped import request_scope, scope_order, scoped_docs
 
     bundle = load_bundle(Path(data_dir) / "index")
     records = bundle.load(POLICY_PART)
@@ -202,6 +258,9 @@ def serving(data_dir: str, rounds: int = 5, k: int = 10, limit: int = 200,
     def step_cached(q, code):
         return scoped_docs(bundle, request_scope(q, {"region": code}, infer=False))[1]
 
+    def order_of(q, code):
+        return scope_order(bundle, request_scope(q, {"region": code}, infer=False))
+
     def step_recomputed(q, code):
         scope = request_scope(q, {"region": code}, infer=False)
         return allowed_docs(scope, plain, keep_unknown_place=scope.inferred)
@@ -213,6 +272,8 @@ def serving(data_dir: str, rounds: int = 5, k: int = 10, limit: int = 200,
             q, k, mode, docs=step_cached(q, code))
         systems[f"{mode}_scoped_recomputed"] = lambda q, code, mode=mode: bundle.pipeline.search(
             q, k, mode, docs=step_recomputed(q, code))
+        systems[f"{mode}_scoped_ordered"] = lambda q, code, mode=mode: bundle.pipeline.search(
+            q, k, mode, docs=step_cached(q, code), order=order_of(q, code))
     for q, code in qs:  # warm-up: the encoder, the parts, every scope's allowed set; and the same sets
         assert step_cached(q, code) == step_recomputed(q, code)
         for f in systems.values():
@@ -246,8 +307,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="sparse,hybrid", help="with --data-dir: search modes timed (comma-separated)")
     p.add_argument("--reuse-query-vectors", action="store_true",
                    help="with --data-dir: encode each question once, time the search without the encoder")
+    p.add_argument("--write-questions", default=None, help="write the questions for flows.search --questions")
+    p.add_argument("--score", default=None, help="score flows.search --questions --json output for the questions")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    if a.write_questions or a.score:
+        qs = questions(load(a.corpus), a.seed, a.max_questions)
+        if a.write_questions:
+            with open(a.write_questions, "w", encoding="utf-8") as f:
+                f.writelines(json.dumps({"qid": q["qid"], "question": q["question"]}, ensure_ascii=False) + "\n"
+                             for q in qs)
+            return 0
+        with open(a.score, encoding="utf-8") as f:
+            got = score_results([json.loads(line) for line in f if line.strip()], qs)
+        print(json.dumps(got, ensure_ascii=False, indent=1))
+        return 0
     got = (serving(a.data_dir, a.rounds, modes=tuple(a.modes.split(",")), reuse_vectors=a.reuse_query_vectors)
            if a.data_dir else run(a.corpus, a.seed, a.max_questions, a.sample))
     out = json.dumps(got, ensure_ascii=False, indent=1)

@@ -76,10 +76,10 @@ def _hit_row(bundle, hit, scoped: bool) -> dict:
 def _search(bundle, query: str, args, filters: dict) -> tuple[dict, list[dict]]:
     """``(scope payload, hit rows)`` of one scoped query (raises ValueError / QueryError for a bad request)."""
     from retrieval.policy_records import POLICY_RECORDS
-    from retrieval.scoped import request_scope, scope_payload, scoped_docs
+    from retrieval.scoped import request_scope, scope_order, scope_payload, scoped_docs
 
     scope, docs = scoped_docs(bundle, request_scope(query, filters, infer=not args.no_infer_scope))
-    hits = bundle.pipeline.search(query, args.k, args.mode, docs=docs)
+    hits = bundle.pipeline.search(query, args.k, args.mode, docs=docs, order=scope_order(bundle, scope))
     hits = [h for h in hits if args.min_score is None or h.score >= args.min_score]
     return scope_payload(scope), [_hit_row(bundle, h, bundle.has_part(POLICY_RECORDS)) for h in hits]
 

@@ -8,7 +8,7 @@ page, the evaluation, the benches) searches through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from retrieval.hits import SearchHit
 from retrieval.query import QueryLimits
@@ -51,9 +51,12 @@ class QueryPipeline:
     rerankers: Sequence[Reranker] = ()
 
     def search(self, query: str, k: int, mode: str = "hybrid",
-               tokens: Sequence[str] | None = None, docs: set[str] | None = None) -> list[SearchHit]:
+               tokens: Sequence[str] | None = None, docs: set[str] | None = None,
+               order: Callable[[str, list[SearchHit]], list[SearchHit]] | None = None) -> list[SearchHit]:
         """Top-``k`` :class:`~retrieval.hits.SearchHit` s for ``query``: the searcher's top ``max(k, depth of
-        every reranker)`` (at most its ``limits.max_k``), reranked, cut to ``k``. ``mode`` other than ``hybrid``
+        every reranker and of order)`` (at most its ``limits.max_k``), reranked, reordered by ``order``, cut to
+        ``k``. ``order``: a request's own reorder (a place-scoped search's
+        :class:`retrieval.scope_order.ScopeOrder`, any mode; its ``depth`` read when it has one); None: none. ``mode`` other than ``hybrid``
         (the baselines' ``sparse``/``dense``) skips the rerankers. ``tokens``: the query segmented by the
         searcher's tokenizer, when the caller has them. ``docs``: the doc ids a scoped search may return
         (:func:`retrieval.scope.allowed_docs`, applied inside the searcher's candidates); None: all.
@@ -62,9 +65,12 @@ class QueryPipeline:
             retrieval.query.QueryError: a bad query or ``k`` (the searcher's checks).
         """
         rerank = self.rerankers if mode == "hybrid" else ()
-        depth = max([k, *(min(r.depth, self.searcher.limits.max_k) for r in rerank)])
+        wants = [r.depth for r in rerank] + ([getattr(order, "depth", 0)] if order is not None else [])
+        depth = max([k, *(min(d, self.searcher.limits.max_k) for d in wants)])
         hits = self.searcher.search(query, depth, mode=mode, tokens=tokens,
                                     **({} if docs is None else {"docs": docs}))
         for r in rerank:
             hits = r.rerank(query, hits)
+        if order is not None:
+            hits = order(query, list(hits))
         return hits[:k]

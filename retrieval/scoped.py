@@ -19,6 +19,7 @@ from typing import Mapping
 
 from retrieval.policy_records import POLICY_PART, POLICY_RECORDS, PolicyRecords, hit_fields
 from retrieval.scope import FILTER_FIELDS, Scope, allowed_docs, parse_filters, scope_from_question
+from retrieval.scope_order import ScopeOrder
 
 
 class ScopeError(ValueError):
@@ -69,6 +70,20 @@ def scoped_docs(bundle, scope: Scope) -> tuple[Scope, frozenset[str] | None]:
     if isinstance(records, PolicyRecords):
         return scope, records.allowed(scope, keep_unknown_place=scope.inferred)
     return scope, allowed_docs(scope, records.values(), keep_unknown_place=scope.inferred)
+
+
+def scope_order(bundle, scope: Scope) -> ScopeOrder | None:
+    """The reorder of ``scope``'s search over ``bundle``'s version (:class:`retrieval.scope_order.ScopeOrder`:
+    quoted text, then the asked place's own documents first), or None when the scope names no place or the
+    version has no policy records (the search's own order stands)."""
+    if not scope.asked or not bundle.has_part(POLICY_RECORDS):
+        return None
+    records = bundle.load(POLICY_PART)
+
+    def jurisdiction(doc_id: str) -> str | None:
+        return (records.get(doc_id) or {}).get("jurisdiction_code")
+
+    return ScopeOrder(frozenset(scope.asked), jurisdiction)
 
 
 def policy_fields(bundle, doc_id: str) -> dict:
