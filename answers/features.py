@@ -41,6 +41,11 @@ SPAN_FEATURES = ("bm25_first", "bm25_max", "bm25_prev", "bm25_next", "bm25_rank_
                  "new_char_share", "starts_sentence", "ends_sentence", "clauses_log", "len_vs_question",
                  "kind_entity", "kind_gap") + ECHO_FEATURES
 
+# The features an index version's encoder computes (cosines of its vectors, and the fused search score whose
+# scale follows the fusion's weights): an encoder-free scorer (AnswerScorer.ignores) reads them as 0, so it
+# answers over a version of any encoder (SPEC §9).
+ENCODER_FEATURES = ("fused_rel", "dense_rel", "dense_raw", "dense_first", "dense_prev", "dense_rank_log")
+
 _NUM_Q = re.compile(r"多少|几|比例|金额|费用|标准|额度|多长|多久|电话|号码|账号|热线")
 _DATE_Q = re.compile(r"什么时候|何时|哪天|日期|时间|截止|期限|起止|多久|哪一天")
 _PLACE_Q = re.compile(r"哪里|哪儿|地点|地址|在哪|何处|哪些地方|哪个地方|哪家|哪个医院|哪些医院")

@@ -112,7 +112,7 @@ def span_target(prep, g: int, row) -> np.ndarray:
 
 def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, info: dict | None = None,
                model: str = "ranker", grades: int = 10, calib_folds: int = 5,
-               mbr_temperature: float = 0.25) -> AnswerScorer:
+               mbr_temperature: float = 0.25, ignore: tuple[str, ...] = ()) -> AnswerScorer:
     """Fit the document model (retrieved documents; label: the gold document; trees, or a logistic regression
     for ``linear``), the span model on the spans of each gold document (target :func:`span_target`) and the
     Platt calibration of the top answers' raw scores against "overlaps the gold span", all on ``examples``
@@ -127,7 +127,9 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     chosen by 3 × 5-fold cross-validation by document on NCPQA's training questions: against the argmax,
     hit@1 0.504 → 0.520 for char-F1 0.453 → 0.450 (0.5: 0.544 / 0.440); what it trades on the held-out folds is
     kept in ``info``, with ``fitted_documents``, the ids of the documents whose questions it was fitted on
-    (:func:`answers.evaluate.evaluate_scorer` refuses to score questions about them).
+    (:func:`answers.evaluate.evaluate_scorer` refuses to score questions about them). ``ignore``: features
+    read as 0 in fitting and serving (:attr:`answers.scorer.AnswerScorer.ignores`;
+    :data:`answers.features.ENCODER_FEATURES` fits an encoder-free scorer).
 
     Raises:
         ValueError: an unknown ``model``, the examples hold no positive document or span (nothing to learn), or
@@ -135,9 +137,11 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
     """
     if model not in ("ranker", "trees", "linear"):
         raise ValueError(f"model = {model!r}: 'ranker', 'trees' or 'linear'")
+    examples = masked_examples(examples, tuple(ignore))
     doc, span, counts = _fit_models(examples, model, c, grades)
     combine = "rank" if model == "ranker" else "product"
-    scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}), combine=combine)
+    scorer = AnswerScorer(doc, span, threshold=threshold, info=dict(info or {}), combine=combine,
+                          ignores=tuple(ignore))
     parts = _calibration_parts(examples, scorer, model, c, grades, calib_folds)
     if combine != "rank":  # the temperature is on the ranker's scale; the product's scores are in [0, 1]
         mbr_temperature = 0.0
@@ -152,6 +156,29 @@ def fit_scorer(examples: list[tuple], c: float = 0.1, threshold: float = 0.3, in
                         "held_out_top1_by_mbr_temperature": by_t,
                         "fitted_documents": sorted({row.doc_id for row, _ in examples if isinstance(row.doc_id, str)})})
     return scorer
+
+
+def masked_examples(examples: list[tuple], ignore: tuple[str, ...]) -> list[tuple]:
+    """``examples`` with the feature columns named in ``ignore`` set to 0 in each prepared question's document
+    and span matrices (copies; ``examples`` itself when ``ignore`` is empty).
+
+    Raises:
+        ValueError: ``ignore`` names a feature neither matrix has."""
+    if not ignore:
+        return examples
+    out = []
+    for row, prep in examples:
+        doc_names, span_names_ = DOC_FEATURES, span_names(prep.span_x.shape[1])
+        unknown = sorted(set(ignore) - set(doc_names) - set(span_names_))
+        if unknown:
+            raise ValueError(f"ignore names features the scorer does not compute: {unknown}")
+        doc_x, span_x = np.array(prep.doc_x, dtype=np.float64), np.array(prep.span_x, dtype=np.float64)
+        for x, names in ((doc_x, doc_names), (span_x, span_names_)):
+            cols = [i for i, n in enumerate(names) if n in ignore]
+            if cols and x.size:
+                x[:, cols] = 0.0
+        out.append((row, replace(prep, doc_x=doc_x, span_x=span_x)))
+    return out
 
 
 def _held_out_top1(parts, temperature: float) -> list[tuple]:
@@ -241,7 +268,7 @@ def _calibration_parts(examples, scorer, model, c, grades, folds):
             doc, span, _ = _fit_models([e for e in examples if fold_of[str(e[0].doc_id)] != k], model, c, grades)
         except ValueError:
             return [(examples, scorer)]
-        parts.append((held, AnswerScorer(doc, span, combine=scorer.combine)))
+        parts.append((held, AnswerScorer(doc, span, combine=scorer.combine, ignores=scorer.ignores)))
     return parts
 
 

@@ -32,7 +32,8 @@ def load_answer_reranker(bundle, path: Path):
 ANSWER_RERANKER_PART = ServingPart("answer_reranker", "reader", "answer-reranker.json", setting="answer_reranker",
                                    pins=("encoder_model_id",), load="answers.parts:load_answer_reranker")
 ANSWER_SCORER_PART = ServingPart("answer_scorer", "reader", "answer-scorer.json", setting="answer_scorer",
-                                 pins=("encoder_model_id", "segmenter"), pins_if_named=("answer_reranker",),
+                                 fallback_setting="answer_scorer_fallback", pins=("segmenter",),
+                                 pins_if_named=("encoder_model_id", "answer_reranker"),
                                  fit="answers.stages:scorer_fit", fit_settings=("answer_questions",),
                                  record="answers.answer:reader_record", load="answers.parts:load_scorer")
 PARTS = (ANSWER_RERANKER_PART, ANSWER_SCORER_PART)  # the cross-encoder first: a scorer may pin its sha256

@@ -253,7 +253,9 @@ class AnswerScorer:
     ``threshold`` on the calibrated score, ``combine`` (``rank``: raw = log P(doc) + the span's ranking score;
     ``product``: raw = P(doc) × span score), ``info`` (what it was fitted on: split, seed, counts, encoder) and
     ``mbr_temperature``, the softmax temperature of the minimum-Bayes-risk choice of a document's span
-    (:mod:`answers.decode`; 0: the best-scored span)."""
+    (:mod:`answers.decode`; 0: the best-scored span); ``ignores``: feature names (of either model) read as 0,
+    fitted and served so (:data:`answers.features.ENCODER_FEATURES`: an encoder-free scorer, whose provenance pins
+    no encoder)."""
 
     doc: "LinearModel | TreeModel"
     span: "LinearModel | TreeModel"
@@ -263,8 +265,13 @@ class AnswerScorer:
     info: dict = field(default_factory=dict)
     combine: str = "rank"
     mbr_temperature: float = 0.0
+    ignores: tuple[str, ...] = ()
 
     def __post_init__(self):
+        self.ignores = tuple(self.ignores)
+        unknown = sorted(set(self.ignores) - set(self.doc.names) - set(self.span.names))
+        if unknown:
+            raise ValueError(f"ignores names features neither model reads: {unknown}")
         if self.combine not in ("rank", "product"):
             raise ValueError(f"combine = {self.combine!r}: 'rank' or 'product'")
         if not (np.isfinite(self.mbr_temperature) and self.mbr_temperature >= 0):
@@ -273,11 +280,26 @@ class AnswerScorer:
     def raw_scores(self, doc_x: np.ndarray, span_x: np.ndarray, span_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(P(doc) per document (n_docs,), raw score per span (n_spans,)) for the matrices of
         :class:`answers.features.Prepared`; ``span_doc`` (n_spans,) maps spans to documents."""
+        doc_x, span_x = self.masked(doc_x, span_x)
         p_doc = self.doc.predict(doc_x)
         s = self.span.predict(span_x)
         if self.combine == "rank":
             return p_doc, np.log(np.clip(p_doc, 1e-9, 1.0))[span_doc] + s
         return p_doc, p_doc[span_doc] * s
+
+    def masked(self, doc_x: np.ndarray, span_x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(doc_x, span_x)`` with the columns of :attr:`ignores` set to 0 (copies; the inputs as they are when
+        it ignores nothing)."""
+        if not self.ignores:
+            return doc_x, span_x
+        out = []
+        for x, names in ((doc_x, self.doc.names), (span_x, self.span.names)):
+            cols = [i for i, n in enumerate(names) if n in self.ignores]
+            x = np.array(x, dtype=np.float64, copy=True)
+            if cols and x.size:
+                x[:, cols] = 0.0
+            out.append(x)
+        return out[0], out[1]
 
     def level(self, raw: np.ndarray) -> np.ndarray:
         """The raw scores as the calibration reads them: as they are (``rank``) or their log-odds (``product``)."""
@@ -313,7 +335,7 @@ class AnswerScorer:
         try:
             scorer = cls(_model(d["doc"]), _model(d["span"]), float(d["calib_a"]), float(d["calib_b"]),
                          float(d["threshold"]), dict(d.get("info", {})), str(d["combine"]),
-                         float(d.get("mbr_temperature", 0.0)))
+                         float(d.get("mbr_temperature", 0.0)), tuple(str(n) for n in d.get("ignores") or ()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"answer scorer file lacks a field: {exc}") from exc
         for model in (scorer.doc, scorer.span):
@@ -345,7 +367,8 @@ def parse_scorer(text: str, where: str = "answer scorer") -> AnswerScorer:
 def provenance(encoder_model_id: str | None, segmenter: str | None, fitted_on: str,
                answer_reranker: str | None = None) -> dict:
     """What a scorer's figures depend on, stored as ``info.provenance`` and checked when an index version
-    installs it (:func:`retrieval.parts.install_part`): the pinned encoder's content id and the BM25
+    installs it (:func:`retrieval.parts.install_part`): the pinned encoder's content id (left out for an
+    encoder-free scorer, ``encoder_model_id`` None: it is installed over any encoder) and the BM25
     segmenter (``backend:model_id``) of the index it was fitted over, the feature names, what it was fitted on
     (a free text: data set, questions) and, for a scorer fitted on the answer cross-encoder's sentence scores
     (:mod:`answers.rerank_features`), ``answer_reranker``: the sha256 of that cross-encoder's part."""
@@ -353,7 +376,8 @@ def provenance(encoder_model_id: str | None, segmenter: str | None, fitted_on: s
     from answers.rerank_features import CE_FEATURES
 
     extra = {"answer_reranker": answer_reranker} if answer_reranker else {}
-    return {"encoder_model_id": encoder_model_id, "segmenter": segmenter, "fitted_on": fitted_on,
+    encoder = {} if encoder_model_id is None else {"encoder_model_id": encoder_model_id}  # None: encoder-free
+    return {**encoder, "segmenter": segmenter, "fitted_on": fitted_on,
             "doc_features": list(DOC_FEATURES),
             "span_features": list(SPAN_FEATURES + (CE_FEATURES if answer_reranker else ())), **extra}
 

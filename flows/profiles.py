@@ -114,6 +114,11 @@ class PipelineConfig:
     # paths from the repository root; the default is the one the repository ships (fitted on the shared NCPQA
     # questions by flows.answer_eval --install); "" publishes versions without one
     answer_scorer: str = "answers/data/scorer.json"
+    # installed instead when answer_scorer is refused (fitted with another encoder: a `tiny` run, an encoder the
+    # encoder stage picked over e5): the shipped encoder-free scorer, which reads none of the encoder's features
+    # (answers.features.ENCODER_FEATURES) and pins only the segmenter (flows.answer_eval --encoder-free
+    # --install); "" = none
+    answer_scorer_fallback: str = "answers/data/scorer-encoder-free.json"
     # a question set (NCPQA JSON Lines, ../shared/qa/README.md; relative paths from the repository root): when set,
     # the index stage FITS the answer scorer on these questions against the version it publishes (its encoder,
     # BM25 side and texts, before CURRENT switches; answers.stages) instead of installing answer_scorer; questions

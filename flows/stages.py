@@ -168,7 +168,7 @@ def serving_part_files(run: Run) -> None:
     for p in serving_parts():  # a part fitted on a setting given is not installed from its file too
         fitting = any(getattr(run.cfg, f, "") for f in p.fit_settings)
         for name in p.inputs:
-            if name == p.setting and fitting:
+            if name in (p.setting, p.fallback_setting) and fitting:
                 continue
             if getattr(run.cfg, name, "") and not run.inputs.get(name):
                 run.inputs[name] = str(repo / getattr(run.cfg, name))

@@ -55,13 +55,15 @@ class PartSource:
     """A JSON model file to install into a version as part ``name`` (file ``file`` in the version folder).
 
     ``path``: the file to install (a fitted model); ``requires``: what its ``info.provenance`` must match in
-    the version (``encoder_model_id``, ``segmenter``), filled by :func:`write_parts` from the manifest."""
+    the version (``encoder_model_id``, ``segmenter``), filled by :func:`write_parts` from the manifest;
+    ``fallback``: the source installed instead when this one is refused (None: none)."""
 
     name: str
     file: str
     path: str
     requires: tuple[str, ...] = ("encoder_model_id", "segmenter")
     meta: dict = field(default_factory=dict)
+    fallback: "PartSource | None" = None
 
 
 def part_installed(manifest: dict, name: str) -> bool:
@@ -108,7 +110,8 @@ def _date_text(v) -> str | None:
 def install_part(vdir: Path, source: PartSource, identity: dict) -> dict:
     """Copy ``source.path`` into ``vdir`` as ``source.file`` when its ``info.provenance`` matches ``identity``
     on every key of ``source.requires``; returns the part record (file, sha256, provenance) or, when refused,
-    ``{"refused": reason}`` (nothing copied).
+    ``source.fallback``'s (its record then says what it replaced: ``fallback_for``), else ``{"refused": reason}``
+    (nothing copied; with a fallback refused too, both reasons).
 
     Raises:
         PartError: the file is missing or not a JSON object.
@@ -117,8 +120,14 @@ def install_part(vdir: Path, source: PartSource, identity: dict) -> dict:
     wrong = [f"{k} {prov.get(k)!r} (this version: {identity.get(k)!r})" for k in source.requires
              if prov.get(k) != identity.get(k)]
     if wrong:
-        return {"refused": f"{source.name} {source.path} was fitted with another " + "; ".join(wrong),
-                "source": str(source.path)}
+        refused = {"refused": f"{source.name} {source.path} was fitted with another " + "; ".join(wrong),
+                   "source": str(source.path)}
+        if source.fallback is None:
+            return refused
+        rec = install_part(vdir, source.fallback, identity)
+        if "refused" in rec:
+            return {"refused": refused["refused"] + "; its fallback: " + rec["refused"], "source": str(source.path)}
+        return {**rec, "fallback_for": refused["refused"]}
     sidecar = sidecar_file(source.path, source.name)
     if sidecar is not None:  # the weights a JSON part names (its JSON records their sha256: the loader checks it)
         if (vdir / sidecar).exists():

@@ -39,6 +39,8 @@ class ServingPart:
             :class:`retrieval.parts.PartSource`) or ``"fitted"`` (on the staged version,
             :class:`retrieval.parts.FittedPart`).
         setting: the index-stage input (a ``PipelineConfig`` field) naming the file to install, or None.
+        fallback_setting: the index-stage input naming a second file, installed when the first is refused
+            (another encoder's scorer: an encoder-free one answers over any), or None.
         pins: provenance keys (``info.provenance`` of the file) that must equal the version's
             (:func:`retrieval.parts.version_identity`): ``encoder_model_id``, ``segmenter``.
         pins_if_named: provenance keys matched only when the file names them (a scorer fitted on the answer
@@ -58,6 +60,7 @@ class ServingPart:
     file: str
     build: str = "installed"
     setting: str | None = None
+    fallback_setting: str | None = None
     pins: tuple[str, ...] = ()
     pins_if_named: tuple[str, ...] = ()
     fit: str | None = None
@@ -76,8 +79,9 @@ class ServingPart:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        """The index-stage inputs this part reads (its ``setting``, then its ``fit_settings``)."""
-        return tuple(dict.fromkeys([*([self.setting] if self.setting else []), *self.fit_settings]))
+        """The index-stage inputs this part reads (its ``setting``, ``fallback_setting``, then its
+        ``fit_settings``)."""
+        return tuple(dict.fromkeys([*(s for s in (self.setting, self.fallback_setting) if s), *self.fit_settings]))
 
 
 def resolve(ref: str) -> Any:
@@ -135,19 +139,29 @@ def part_modules(parts: Iterable[ServingPart], registry: Iterable[str] | None = 
 
 def part_sources(parts: Iterable[ServingPart], inputs: Mapping[str, Any], skip: Iterable[str] = ()) -> tuple:
     """:class:`retrieval.parts.PartSource` of every installed part whose ``setting`` is given in ``inputs``
-    (those named in ``skip``, e.g. fitted instead, left out), its pins read from the file's provenance."""
-    from retrieval.parts import PartSource, read_provenance
+    (those named in ``skip``, e.g. fitted instead, left out), its pins read from the file's provenance; the
+    file its ``fallback_setting`` gives, when given, as the source's ``fallback``."""
+    from retrieval.parts import PartSource
 
     out, skip = [], set(skip)
     for p in parts:
         path = inputs.get(p.setting) if p.setting and p.build == "installed" else None
         if not path or p.name in skip:
             continue
-        named = read_provenance(path, p.name) if p.pins_if_named else {}
-        requires = (*p.pins, *(k for k in p.pins_if_named if k in named))
-        out.append(PartSource(p.name, p.file, str(path), requires=tuple(dict.fromkeys(requires)),
-                              meta=_record(p)))
+        spare = inputs.get(p.fallback_setting) if p.fallback_setting else None
+        fallback = PartSource(p.name, p.file, str(spare), requires=_requires(p, spare), meta=_record(p)) if spare else None
+        out.append(PartSource(p.name, p.file, str(path), requires=_requires(p, path), meta=_record(p),
+                              fallback=fallback))
     return tuple(out)
+
+
+def _requires(p: ServingPart, path) -> tuple[str, ...]:
+    """The provenance keys file ``path`` must match for part ``p``: its pins, and those of ``pins_if_named`` the
+    file names."""
+    from retrieval.parts import read_provenance
+
+    named = read_provenance(path, p.name) if p.pins_if_named else {}
+    return tuple(dict.fromkeys((*p.pins, *(k for k in p.pins_if_named if k in named))))
 
 
 def fitted_parts(parts: Iterable[ServingPart], inputs: Mapping[str, Any]) -> tuple:

@@ -66,9 +66,10 @@ def test_every_stage_setting_names_a_config_field_and_every_config_field_is_set_
     for s in PIPELINE:
         for param, path in s.settings.items():
             setting(cfg, path)  # raises AttributeError when the field does not exist
-    # answer_scorer, reranker, answer_reranker, answer_questions: files the flow resolves from the repository root and gives the
+    # answer_scorer (and its fallback), reranker, answer_reranker, answer_questions: files the flow resolves from the repository root and gives the
     # index stage as inputs (their content, not their path, enters the cache key)
-    assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "reranker",
+    assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "answer_scorer_fallback",
+                                                   "reranker",
                                                    "answer_reranker", "answer_questions", "related_pairs",
                                                    "related_corpus"}
 

@@ -88,7 +88,11 @@ def test_the_reader_part_pins_its_answer_settings(tmp_path):
     f = tmp_path / "scorer.json"
     f.write_text(json.dumps({"info": {"provenance": {"encoder_model_id": "m", "segmenter": "s"}}}))
     (src,) = part_sources(serving_parts(), {"answer_scorer": f})
-    assert src.name == "answer_scorer" and src.requires == ("encoder_model_id", "segmenter")
+    assert src.name == "answer_scorer" and set(src.requires) == {"encoder_model_id", "segmenter"}
+    free = tmp_path / "free.json"  # an encoder-free scorer names no encoder: only its segmenter is pinned
+    free.write_text(json.dumps({"info": {"provenance": {"segmenter": "s"}}}))
+    (src2,) = part_sources(serving_parts(), {"answer_scorer": f, "answer_scorer_fallback": free})
+    assert src2.requires == src.requires and src2.fallback.requires == ("segmenter",)
     assert src.meta["reader"] == "answers.reader:ScorerReader"
     assert src.meta["settings"]["focus_sentences"] == AnswerConfig().focus_sentences
     reader = ScorerReader(SimpleNamespace(threshold=0.3))
