@@ -14,7 +14,7 @@ import numpy as np
 from answers.answer import AnswerConfig, prepare, rank_answers
 from answers.features import DOC_FEATURES, SPAN_FEATURES
 from answers.metrics import char_f1, overlaps
-from answers.scorer import AnswerScorer, LinearModel, TreeModel
+from answers.scorer import AnswerScorer, LinearModel, TreeModel, zero_columns
 
 
 def build_examples(questions, backend, store, cfg: AnswerConfig = AnswerConfig(), with_gold_doc: bool = True,
@@ -172,12 +172,8 @@ def masked_examples(examples: list[tuple], ignore: tuple[str, ...]) -> list[tupl
         unknown = sorted(set(ignore) - set(doc_names) - set(span_names_))
         if unknown:
             raise ValueError(f"ignore names features the scorer does not compute: {unknown}")
-        doc_x, span_x = np.array(prep.doc_x, dtype=np.float64), np.array(prep.span_x, dtype=np.float64)
-        for x, names in ((doc_x, doc_names), (span_x, span_names_)):
-            cols = [i for i, n in enumerate(names) if n in ignore]
-            if cols and x.size:
-                x[:, cols] = 0.0
-        out.append((row, replace(prep, doc_x=doc_x, span_x=span_x)))
+        out.append((row, replace(prep, doc_x=zero_columns(prep.doc_x, doc_names, ignore),
+                                 span_x=zero_columns(prep.span_x, span_names_, ignore))))
     return out
 
 

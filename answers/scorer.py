@@ -243,6 +243,16 @@ def _lgb_nodes(root: dict) -> list[list[float]]:
     return nodes
 
 
+def zero_columns(x: np.ndarray, names, ignore) -> np.ndarray:
+    """A float64 copy of the feature matrix ``x`` (n, len(names)) with the columns whose name is in ``ignore`` set
+    to 0."""
+    x = np.array(x, dtype=np.float64, copy=True)
+    cols = [i for i, n in enumerate(names) if n in ignore]
+    if cols and x.size:
+        x[:, cols] = 0.0
+    return x
+
+
 def _model(d: dict):
     return TreeModel(**d) if d.get("kind") == "trees" else LinearModel(**{k: v for k, v in d.items() if k != "kind"})
 
@@ -292,14 +302,7 @@ class AnswerScorer:
         it ignores nothing)."""
         if not self.ignores:
             return doc_x, span_x
-        out = []
-        for x, names in ((doc_x, self.doc.names), (span_x, self.span.names)):
-            cols = [i for i, n in enumerate(names) if n in self.ignores]
-            x = np.array(x, dtype=np.float64, copy=True)
-            if cols and x.size:
-                x[:, cols] = 0.0
-            out.append(x)
-        return out[0], out[1]
+        return zero_columns(doc_x, self.doc.names, self.ignores), zero_columns(span_x, self.span.names, self.ignores)
 
     def level(self, raw: np.ndarray) -> np.ndarray:
         """The raw scores as the calibration reads them: as they are (``rank``) or their log-odds (``product``)."""
