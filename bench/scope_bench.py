@@ -13,7 +13,7 @@ text after the article number, first 24 chars, is the clause keywords; the quest
 Reports hit@1 (gold doc first) and in-scope@5 (share of the top-5 docs whose jurisdiction is the asked place, inside it,
 a parent or national) for: ``bm25`` (no scope), ``gold_scope`` (the asked place as filter, applied inside the
 ranking: scores outside zeroed), ``inferred`` (:func:`retrieval.scope.scope_from_question`), ``ordered`` (the
-inferred scope's top 30 reordered by :class:`retrieval.scope_order.ScopeOrder`, as the serving search does), and the cost of the
+inferred scope's top 100 reordered by :class:`retrieval.scope_order.ScopeOrder`, as the serving search does), and the cost of the
 allowed-documents step alone (``allowed_ms``): p50 / mean ms per question of :func:`retrieval.scope.allowed_docs`
 recomputed, and of :class:`retrieval.scope.AllowedCache` warm (its scopes computed once before timing).
 
@@ -143,7 +143,7 @@ def run(corpus: str, seed: int = 0, n: int = 300, sample: int | None = None) -> 
                     s = np.where(np.isin(ids, list(allowed)), scores, -np.inf)
                 if m == "inferred" and scope.asked != gold_scope.asked:
                     wrong_scope += 1
-            order = np.argsort(-s, kind="stable")[:5 if m != "ordered" else 30]
+            order = np.argsort(-s, kind="stable")[:5 if m != "ordered" else 100]
             top = ids[order[np.isfinite(s[order])]]
             if m == "ordered" and scope is not None and scope.asked:
                 top = np.array(reorder(q["question"], top, scope, code_of, text_of))[:5]

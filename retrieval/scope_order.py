@@ -6,7 +6,8 @@ every parent up to the nation and every place inside it (:mod:`retrieval.scope`)
 same regulation recurs: a province's 安全生产条例 copies whole clauses of the national one and is copied by its
 cities'. A searcher that scores the words alone ranks whichever copy has the denser match first, so the asked
 place's own rule can fall behind its parent's (measured in ``bench/scope_bench.py``). Two stable reorders of the
-searcher's top :attr:`ScopeOrder.depth` hits fix that, each keeping the search's order otherwise:
+searcher's top :attr:`ScopeOrder.depth` hits (100, the search's largest ``k``: a quoted clause ranked 31st–100th
+by the words alone is still found) fix that, each keeping the search's order otherwise:
 
 1. **Quoted text.** The longest run of consecutive characters the query (its place names cut out) shares with
    a hit's text, counted when at least ``quote_min`` chars (12: longer than the boilerplate ``县级以上人民政府``);
@@ -71,7 +72,7 @@ class ScopeOrder:
     jurisdiction: Callable[[str], str | None] = field(compare=False)
     quote_min: int = 12
     window: int = 3
-    depth: int = 30
+    depth: int = 100
 
     def __call__(self, query: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
         """``hits`` reordered (the same objects, none added or dropped): by quote length (≥ ``quote_min``,
