@@ -17,7 +17,9 @@ YYYY-MM-DD), ``--in-force`` restrict the candidates inside the ranking over the 
 scope's label) unless ``--no-infer-scope``. Each hit then also carries ``jurisdiction`` (code, name, level),
 ``level``, ``issuer``, ``doc_number``, the dates and ``validity`` of its document. A bad filter (unknown place,
 over-long value, bad date) is one ``error:`` line and exit 2; so are filters on a version published without
-the part (an unscoped search still works there). ``--json``: one JSON object ``{"query", "scope", "hits"}``.
+the part (an unscoped search still works there). Inside a scope that names a place the hits are reordered: the
+copy the query quotes first, then the asked place's own documents (:mod:`retrieval.scope_order`). ``--json``: one
+JSON object ``{"query", "scope", "hits"}``.
 
 ``--questions FILE``: one JSON object per line, ``{"qid"|"id", "question"|"query"}`` and optional filter fields
 (``region``, ``level``, ``issuer``, ``from``, ``to``, ``in_force``: they replace the command line's); one JSON

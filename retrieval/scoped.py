@@ -12,6 +12,8 @@
   so the reader can correct it.
 - A version published before the part existed: filters are a :class:`ScopeError` naming the version; a scope
   only inferred from the question is dropped there (the search runs unscoped, as before).
+- A scope that names a place also orders the search's hits (:func:`scope_order`,
+  :class:`retrieval.scope_order.ScopeOrder`: the quoted copy, then the asked place's own documents).
 """
 from __future__ import annotations
 
