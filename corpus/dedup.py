@@ -6,6 +6,11 @@ independent, so it can run partitioned), each candidate pair verified by its Jac
 the threshold. In each group the kept copy is the earliest published one, then the longest, then the
 first in input order.
 
+Policies of different places are never duplicates (SPEC §7: jurisdiction is part of what a policy is): a city
+that adopts its neighbour's rule word for word has its own rule, and dropping either copy would answer one
+place's question with the other's. :func:`place_keys` gives each document the place its import ``region`` or
+its title names (``""`` when neither names one); only documents with equal keys are compared.
+
 Streaming (SPEC §1): :func:`doc_keys` computes a document's exact-duplicate key and MinHash signature
 (uint32, ``num_perm`` x 4 bytes) group by group; :func:`duplicates_from_keys` then decides over the whole
 corpus holding only these keys (a few hundred bytes per document), never the texts.
@@ -92,16 +97,20 @@ def jaccard_estimate(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean(a == b))
 
 
-def near_duplicates(sigs: np.ndarray, threshold: float, bands: tuple[int, int] | None = None) -> dict[int, int]:
+def near_duplicates(sigs: np.ndarray, threshold: float, bands: tuple[int, int] | None = None,
+                    groups: list[str] | None = None) -> dict[int, int]:
     """Near duplicates among rows given in preference order: ``{row: kept_row}``.
 
     Candidates come from LSH banding (:func:`band_candidates`) and count only when their Jaccard
-    estimate reaches ``threshold``. Walking rows in order, a row is a duplicate of the earliest kept row it
-    matches; a row that is itself a duplicate never keeps another (no chains).
+    estimate reaches ``threshold`` and, with ``groups`` (one key per row), their keys are equal. Walking rows
+    in order, a row is a duplicate of the earliest kept row it matches; a row that is itself a duplicate never
+    keeps another (no chains).
     """
     bands = bands or lsh_bands(threshold, sigs.shape[1])
     matches: dict[int, list[int]] = {}
     for i, j in band_candidates(sigs, bands):
+        if groups is not None and groups[i] != groups[j]:
+            continue
         if jaccard_estimate(sigs[i], sigs[j]) >= threshold:
             matches.setdefault(j, []).append(i)
     out: dict[int, int] = {}
@@ -109,6 +118,32 @@ def near_duplicates(sigs: np.ndarray, threshold: float, bands: tuple[int, int] |
         kept = [i for i in sorted(matches[j]) if i not in out]
         if kept:
             out[j] = kept[0]
+    return out
+
+
+def place_keys(titles: list, regions: list | None = None) -> list[str]:
+    """Per document, the division code of the place it is a policy of as far as cheap evidence tells: the first
+    place its import ``region`` value names, else the first place its title names (narrowed to a place named
+    right after inside it: ``山东省济南市`` -> ``370100``) (``浙江省安全生产条例`` ->
+    ``330000``; :func:`policy.divisions.find_places`), else ``""`` (no place named: a national or unplaced
+    document). Two documents are compared for duplication only when their keys are equal."""
+    from policy.divisions import contains, find_places
+
+    out = []
+    for k, title in enumerate(titles):
+        region = regions[k] if regions is not None else None
+        places = []
+        for text in (region, title):
+            if isinstance(text, str) and text.strip():
+                places = find_places(text)
+                if places:
+                    break
+        code = places[0].code if places else ""
+        for p in places[1:]:  # 山东省济南市: the narrowest of a chain of places inside each other
+            if not contains(code, p.code):
+                break
+            code = p.code
+        out.append(code)
     return out
 
 
@@ -122,12 +157,14 @@ def doc_keys(texts: list[str], *, near: bool = True, shingle: int = 5, num_perm:
 
 def duplicates_from_keys(ids: list[str], pubtime: list, lengths: list[int], hashes: list[str],
                          sigs: np.ndarray, *, near_threshold: float = 0.9,
-                         bands: tuple[int, int] | None = None) -> list[Duplicate]:
+                         bands: tuple[int, int] | None = None, places: list[str] | None = None) -> list[Duplicate]:
     """Exact and near duplicates from per-document keys (all lists in input order, one entry per document).
 
     Args:
         ids, pubtime, lengths: doc_id, publication date (None/NaT when unknown), text length (chars);
-        hashes, sigs: from :func:`doc_keys`; near_threshold, bands: as :func:`find_duplicates`.
+        hashes, sigs: from :func:`doc_keys`; near_threshold, bands: as :func:`find_duplicates`;
+        places: :func:`place_keys` (None: every document in one place): documents of different places are
+            never duplicates.
 
     Returns:
         As :func:`find_duplicates`: exact duplicates in preference order, then near duplicates in
@@ -139,7 +176,7 @@ def duplicates_from_keys(ids: list[str], pubtime: list, lengths: list[int], hash
     kept_by_hash: dict[str, str] = {}
     survivors: list[int] = []
     for pos in order:
-        h = hashes[pos]
+        h = (places[pos], hashes[pos]) if places is not None else hashes[pos]
         if h in kept_by_hash:
             dups.append(Duplicate(ids[pos], kept_by_hash[h], "exact"))
         else:
@@ -147,14 +184,16 @@ def duplicates_from_keys(ids: list[str], pubtime: list, lengths: list[int], hash
             survivors.append(pos)
     if near_threshold <= 0 or len(survivors) < 2:
         return dups
-    for row, kept in sorted(near_duplicates(sigs[survivors], near_threshold, bands).items()):
+    groups = [places[p] for p in survivors] if places is not None else None
+    for row, kept in sorted(near_duplicates(sigs[survivors], near_threshold, bands, groups).items()):
         dups.append(Duplicate(ids[survivors[row]], ids[survivors[kept]], "near"))
     return dups
 
 
 def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle: int = 5,
                     num_perm: int = 128, bands: tuple[int, int] | None = None) -> list[Duplicate]:
-    """Find exact and near duplicates among ``docs`` (columns doc_id, pubtime, text).
+    """Find exact and near duplicates among ``docs`` (columns doc_id, pubtime, text; optional title and
+    region: documents of different places, :func:`place_keys`, are never duplicates).
 
     Args:
         near_threshold: Jaccard threshold in (0, 1] for near duplicates (MinHash LSH candidates verified by
@@ -168,5 +207,7 @@ def find_duplicates(docs: pd.DataFrame, *, near_threshold: float = 0.9, shingle:
     """
     texts = docs["text"].tolist()
     hashes, sigs = doc_keys(texts, near=near_threshold > 0, shingle=shingle, num_perm=num_perm)
+    places = place_keys(docs["title"].tolist() if "title" in docs else [None] * len(docs),
+                        docs["region"].tolist() if "region" in docs else None)
     return duplicates_from_keys(docs["doc_id"].tolist(), docs["pubtime"].tolist(), [len(t) for t in texts],
-                                hashes, sigs, near_threshold=near_threshold, bands=bands)
+                                hashes, sigs, near_threshold=near_threshold, bands=bands, places=places)

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from corpus.clean import CleanConfig, LineCounts, remove_repeated_lines, repeated_line_stats
-from corpus.dedup import doc_keys, duplicates_from_keys
+from corpus.dedup import doc_keys, duplicates_from_keys, place_keys
 from corpus.documents import clean_group, clean_stats
 from corpus.pairs import (PAIR_COLUMNS, PairConfig, candidate_keys, count_pairs, group_candidates, pair_groups,
                           pair_stats, dropped_positives, resolve_candidates, split_documents)
@@ -130,9 +130,9 @@ def clean_stage(documents_dir, out_dir, rejects_dir, cfg: CleanConfig) -> dict:
         acc = _clean_groups(documents_dir, tmp / "clean", chrome, cfg)
         sig = np.concatenate(acc.sigs) if acc.sigs else np.zeros((0, 0), dtype=np.uint32)
         dups = duplicates_from_keys(acc.ids, acc.pub, acc.lens, acc.hashes, sig,
-                                    near_threshold=cfg.near_dup_threshold)
+                                    near_threshold=cfg.near_dup_threshold, places=acc.places)
         del sig
-        acc.ids = acc.pub = acc.lens = acc.hashes = acc.sigs = []  # the keys are no longer needed
+        acc.ids = acc.pub = acc.lens = acc.hashes = acc.sigs = acc.places = []  # the keys are no longer needed
         acc.rejects += [(d.doc_id, f"{d.kind}_duplicate", f"duplicate of {d.kept_id}") for d in dups]
         rej = pd.DataFrame(acc.rejects, columns=["doc_id", "reason", "detail"])
         write_table(rej, rejects_dir, name="rejects", stats={"rejects_by_reason": dict(Counter(rej["reason"]))},
@@ -161,6 +161,7 @@ class _CleanPass:
     lens: list = field(default_factory=list)
     hashes: list = field(default_factory=list)
     sigs: list = field(default_factory=list)
+    places: list = field(default_factory=list)
 
 
 def _clean_groups(documents_dir, spill_path: Path, chrome, cfg: CleanConfig) -> _CleanPass:
@@ -185,6 +186,7 @@ def _clean_groups(documents_dir, spill_path: Path, chrome, cfg: CleanConfig) -> 
             acc.lens += kept["n_chars"].tolist()
             acc.hashes += h
             acc.sigs.append(sg)
+            acc.places += place_keys(kept["title"].tolist(), kept["region"].tolist())
             spill.write(kept)
     return acc
 

@@ -12,7 +12,8 @@ by the words alone is still found) fix that, each keeping the search's order oth
 1. **Quoted text.** The longest run of consecutive characters the query (its place names cut out) shares with
    a hit's text, counted when at least ``quote_min`` chars (12: longer than the boilerplate ``县级以上人民政府``);
    a longer quote goes first. Copies of one clause differ in a word or two, so the copy the question quotes
-   verbatim is the one it asks about.
+   verbatim is the one it asks about. Among hits quoting equally long runs, the asked place's own go first
+   wherever they ranked: when the quote cannot tell the copies apart, the place the question names does.
 2. **The asked place first, within a window.** A hit of a document whose jurisdiction is exactly an asked place
    moves up ``window`` positions (3), ahead of the other places' hits it passes (a parent, a child, the nation): a national rule
    ranked far ahead still leads, one ranked just ahead does not.
@@ -76,13 +77,13 @@ class ScopeOrder:
 
     def __call__(self, query: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
         """``hits`` reordered (the same objects, none added or dropped): by quote length (≥ ``quote_min``,
-        longest first), then by the search position less ``window`` for an asked place's own hit (ahead of the
-        hit it lands on), then by the search position."""
+        longest first), among equal quotes the asked place's own first, then by the search position less
+        ``window`` for an asked place's own hit (ahead of the hit it lands on), then by the search position."""
         bare = strip_places(query)
         keys = []
         for pos, hit in enumerate(hits):
             run = longest_shared_run(bare, hit.text or "")
             quote = run if run >= self.quote_min else 0
             own = self.jurisdiction(str(hit.doc_id)) in self.asked
-            keys.append((-quote, pos - self.window * own, not own, pos))
+            keys.append((-quote, bool(quote) and not own, pos - self.window * own, not own, pos))
         return [hits[i] for i in sorted(range(len(hits)), key=keys.__getitem__)]

@@ -135,3 +135,24 @@ def test_near_duplicate_keeps_the_earliest_copy_not_the_smallest_id():
                          "text": [long + "尾巴", long]})
     dups = find_duplicates(docs, near_threshold=0.8)
     assert [(d.doc_id, d.kept_id, d.kind) for d in dups] == [("a-late", "z-early", "near")]
+
+
+def test_policies_of_different_places_are_never_duplicates():
+    """Two cities adopting one rule word for word keep both rules (their titles name the place); a repost with
+    the same place (or none) is still a duplicate; an import region names the place before the title."""
+    from corpus.dedup import place_keys
+
+    long = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(600))
+    docs = pd.DataFrame({
+        "doc_id": ["jn", "lw", "lw-repost", "jn-exact", "plain", "plain-copy"],
+        "title": ["济南市既有多层住宅增设电梯规定", "莱芜市既有多层住宅增设电梯规定", "莱芜市既有多层住宅增设电梯规定",
+                  "莱芜市既有多层住宅增设电梯规定（转载）", "关于增设电梯的规定", "关于增设电梯的规定"],
+        "pubtime": [date(2019, 2, 12), date(2017, 12, 1), date(2018, 1, 1), date(2018, 2, 1), None, None],
+        "text": [long, long[:-3] + "新增句", long[:-3] + "新增句", long, long + "另", long + "另"]})
+    assert place_keys(docs["title"].tolist()) == ["370100", "371200", "371200", "371200", "", ""]
+    assert place_keys(["关于增设电梯的规定"], ["山东省济南市"]) == ["370100"]  # the import region first
+    dups = {d.doc_id: (d.kept_id, d.kind) for d in find_duplicates(docs, near_threshold=0.8)}
+    assert dups == {"lw-repost": ("lw", "exact"), "jn-exact": ("lw", "near"), "plain-copy": ("plain", "exact")}
+    # the streaming stage decides from the same keys: no region column means the title decides
+    out, rej, _ = clean_corpus(docs.assign(text=docs["text"] + "。"))
+    assert {"jn", "lw", "plain"} <= set(out["doc_id"]) and set(rej["doc_id"]) == {"lw-repost", "jn-exact", "plain-copy"}

@@ -56,6 +56,17 @@ def test_the_quoted_copy_goes_first_wherever_it_ranked():
     assert [h.doc_id for h in short(q, hits)][:2] == ["zj", "cn"]
 
 
+def test_among_equal_quotes_the_asked_place_goes_first_past_the_window():
+    order = ScopeOrder(frozenset({"330000"}), JURISDICTION, window=3)
+    q = "浙江省 " + SHARED[:20]  # every copy quotes these 20 chars verbatim
+    hits = [hit(f"cn{i}", NATIONAL, i) for i in range(6)] + [hit("hz", CITY, 6), hit("zj", PROVINCE, 7)]
+    got = [h.doc_id for h in order(q, hits)]
+    assert got[0] == "zj" and got[1:] == [f"cn{i}" for i in range(6)] + ["hz"]
+    # a longer quote still wins over the asked place: the city's own clause quoted whole
+    q2 = "浙江省 生产经营单位应当每半年开展一次隐患排查"
+    assert order(q2, hits)[0].doc_id == "hz"
+
+
 def docs() -> pd.DataFrame:
     rows = []
     for doc_id, title, text, region in (("cn0", "安全生产条例", NATIONAL, None),
