@@ -123,7 +123,7 @@ def source_html(a: dict) -> str:
 
 
 UNKNOWN = {"level": "其他", "validity": "未知"}  # record values that say a field is not known: not shown
-NATIONAL = "000000"  # the division code of 全国 (policy.divisions.NATIONAL)
+NATIONAL = "000000"  # the division code of 全国 (corpus.divisions.NATIONAL)
 FACETS = (("place", "地区"), ("level", "层级"), ("year", "年份"), ("validity", "有效性"))
 
 

@@ -4,7 +4,7 @@ of that place's local regulation, where another place has a regulation of the sa
 Recipe (seeded, ``--seed``): over lawrefbook.jsonl.gz (``region``: province short name or None = national), a doc's
 jurisdiction is the narrowest place leading its title inside the region's province (else the province; None ->
 ``000000``); the title with its place prefix stripped
-(every leading :func:`policy.divisions.find_places` match) is its *name*; names held by >= 2 regions are the ambiguous ones.
+(every leading :func:`corpus.divisions.find_places` match) is its *name*; names held by >= 2 regions are the ambiguous ones.
 For each such doc (``--max-questions`` sampled): one clause sentence (a ``第…条`` line of >= 20 chars, seeded), its
 text after the article number, first 24 chars, is the clause keywords; the question is ``"<place full name>
 <keywords>"``. Gold: the doc. BM25 (bm25s, char bigrams) over title + text of every doc of the corpus (or
@@ -48,7 +48,7 @@ from collections import defaultdict
 import bm25s
 import numpy as np
 
-from policy import divisions as D
+from corpus import divisions as D
 from retrieval.scope import AllowedCache, allowed_docs, parse_filters, scope_from_question
 
 _CLAUSE = re.compile(r"^第[一二三四五六七八九十百零〇]+条\s*(.{20,})$")

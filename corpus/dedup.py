@@ -125,11 +125,11 @@ def place_keys(titles: list, regions: list | None = None) -> list[str]:
     """Per document, the division code of the place it is a policy of, as far as cheap evidence tells.
 
     The first place its import ``region`` value names, else the first place its title names
-    (:func:`policy.divisions.find_places`: ``浙江省安全生产条例`` -> ``330000``), narrowed along places named
+    (:func:`corpus.divisions.find_places`: ``浙江省安全生产条例`` -> ``330000``), narrowed along places named
     right after it inside it (``山东省济南市`` -> ``370100``); ``""`` when neither names a place (a national or
     unplaced document). ``titles`` and ``regions`` (None: no region column) hold one value per document, any
     non-string read as absent. Two documents are compared for duplication only when their keys are equal."""
-    from policy.divisions import contains, find_places
+    from corpus.divisions import contains, find_places  # loaded on first use: cpca's table, an automaton
 
     out = []
     for k, title in enumerate(titles):

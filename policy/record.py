@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import asdict, dataclass, field
 from datetime import date
 
-from policy.divisions import NATIONAL, contains, find_places, load_divisions
+from corpus.divisions import NATIONAL, contains, find_places, load_divisions
 from policy.docnumber import find_doc_numbers, normalize_doc_number
 from policy import textrules as T
 

@@ -140,7 +140,7 @@ def _plain(v):
 
 def _leading_places(norm: str) -> tuple[tuple[str, ...], str]:
     """``(codes, rest)``: the division codes of the places leading ``norm`` and the title after them."""
-    from policy.divisions import find_places
+    from corpus.divisions import find_places
 
     codes, end = [], 0
     for p in find_places(norm):

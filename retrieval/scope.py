@@ -8,7 +8,7 @@ Places: a scope to 青岛市 accepts documents of 青岛市, of its parents (山
 documents of a place *below* an asked place (青岛市市北区 under 山东省) are accepted too, since they apply there.
 Documents whose jurisdiction is unknown pass a place filter only when ``keep_unknown_place`` is set.
 
-Pure library: no prefect, no I/O beyond :mod:`policy.divisions`' bundled division table.
+Pure library: no prefect, no I/O beyond :mod:`corpus.divisions`' bundled division table.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Iterable, Mapping
 
-from policy import divisions as D
+from corpus import divisions as D
 from policy.record import DOC_LEVELS
 
 MAX_FIELD_CHARS = 200
@@ -89,12 +89,12 @@ def _with_parents(codes: Iterable[str], divisions: Mapping[str, D.Division]) -> 
 
 def scope_from_question(question: str, divisions: Mapping[str, D.Division] | None = None,
                         base: Scope | None = None) -> Scope:
-    """The scope a question names: the places :func:`policy.divisions.find_places` finds in it (with their
+    """The scope a question names: the places :func:`corpus.divisions.find_places` finds in it (with their
     parents), merged into ``base`` (the explicit filters, whose places win when given).
 
     Args:
         question: the question text (chars).
-        divisions: the division table (default: :func:`policy.divisions.load_divisions`).
+        divisions: the division table (default: :func:`corpus.divisions.load_divisions`).
         base: explicit filters from :func:`parse_filters`; its other fields are kept.
     Returns:
         ``base`` unchanged when it already names places or the question names none; else a scope with
@@ -276,7 +276,7 @@ class AllowedCache:
 
     Args:
         records: the records (objects or dicts, as :func:`allowed_docs` takes them); read once, kept.
-        divisions: the division table (default: :func:`policy.divisions.load_divisions`, read on first use).
+        divisions: the division table (default: :func:`corpus.divisions.load_divisions`, read on first use).
         maxsize: scopes kept (the least recently used one is dropped beyond it).
     """
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from policy import divisions as D
+from corpus import divisions as D
 from retrieval.hits import SearchHit
 
 
@@ -46,7 +46,7 @@ def longest_shared_run(query: str, text: str) -> int:
 
 
 def strip_places(query: str) -> str:
-    """``query`` with every place name :func:`policy.divisions.find_places` finds cut out (joined by a space, so no
+    """``query`` with every place name :func:`corpus.divisions.find_places` finds cut out (joined by a space, so no
     run spans a cut)."""
     out, pos = [], 0
     for p in D.find_places(query):

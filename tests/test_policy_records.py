@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from policy.divisions import NATIONAL, ancestors, contains, find_places, load_divisions, province_of
+from corpus.divisions import NATIONAL, ancestors, contains, find_places, load_divisions, province_of
 from policy.docnumber import find_doc_numbers, normalize_doc_number
 from policy.lookup import find_article, find_by_doc_number, parse_reference
 from policy.record import extract_record, normalize_validity
