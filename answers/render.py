@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, fields
 
+from corpus.divisions import NATIONAL
+
 JSON_KEYS = ("text", "score", "raw_score", "doc_score", "doc_id", "external_id", "title", "url", "source", "pubtime",
              "start", "end", "passage", "passage_start", "passage_end", "kind", "doc_rank", "version")
 
@@ -123,7 +125,6 @@ def source_html(a: dict) -> str:
 
 
 UNKNOWN = {"level": "其他", "validity": "未知"}  # record values that say a field is not known: not shown
-NATIONAL = "000000"  # the division code of 全国 (corpus.divisions.NATIONAL)
 FACETS = (("place", "地区"), ("level", "层级"), ("year", "年份"), ("validity", "有效性"))
 
 

@@ -23,18 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _ncpqa(qs: list, docs: dict, held: set, n: int, seed: int) -> list:
-    """The first ``n`` (0: all) training questions as (question, text, start, end), in a seeded order."""
-    ex = [(q["question"], docs[q["doc_id"]], q["answer_start"], q["answer_end"]) for q in qs if q["doc_id"] not in held]
-    random.Random(seed).shuffle(ex)
-    return ex[:n] if n else ex
-
-
 def run(args) -> dict:
     """Every row of the curve (module doc) as ``{row: {"eval": ..., "train_seconds": ...}}``, plus the budget."""
     import torch
 
-    from flows.train_reader import evaluate, init_reader, load_ncpqa, split_docs, train_steps
+    from flows.train_reader import evaluate, init_reader, load_ncpqa, ncpqa_examples, split_docs, train_steps
     from model.span_pretrain import recurring_examples
     from model.span_reader import train_features
 
@@ -54,7 +47,7 @@ def run(args) -> dict:
                         "loss_first10": round(sum(losses[:10]) / 10, 3), "loss_last10": round(sum(losses[-10:]) / 10, 3)}
     print("recurring", out["recurring"], flush=True)
     for n in args.sizes:
-        ex = _ncpqa(qs, docs, held, n, args.seed)
+        ex = ncpqa_examples(qs, docs, held, n, random.Random(args.seed))
         feats = train_features(tok, ex, args.max_len, 64, rng=random.Random(args.seed))
         for start, model in (("with recurring", pre), ("without", base)):
             m = copy.deepcopy(model)

@@ -39,6 +39,14 @@ def split_docs(docs: dict, seed: int, test_frac: float = 0.2) -> set:
     return set(ids[: int(round(len(ids) * test_frac))])
 
 
+def ncpqa_examples(qs: list, docs: dict, held: set, n: int, rng: random.Random) -> list:
+    """The training documents' questions as (question, text, start, end), shuffled by ``rng``; the first ``n``
+    (0: all)."""
+    ex = [(q["question"], docs[q["doc_id"]], q["answer_start"], q["answer_end"]) for q in qs if q["doc_id"] not in held]
+    rng.shuffle(ex)
+    return ex[:n] if n else ex
+
+
 def mrc_examples(limit: int, seed: int) -> list:
     """At most ``limit`` (question, context, start, end) from the SQuAD-format json files under /work/shared/mrc."""
     out = []
@@ -193,10 +201,7 @@ def run(args) -> dict:
         elif src == "mrc":
             ex = mrc_examples(args.mrc_n, args.seed)
         elif src == "ncpqa":
-            ex = [(q["question"], docs[q["doc_id"]], q["answer_start"], q["answer_end"])
-                  for q in qs if q["doc_id"] not in held]
-            rng.shuffle(ex)
-            ex = ex[: args.ncpqa_n] if args.ncpqa_n else ex
+            ex = ncpqa_examples(qs, docs, held, args.ncpqa_n, rng)
         else:
             raise ValueError(f"unknown source {src!r}: use recurring, mrc, ncpqa")
         feats = train_features(tok, ex, args.max_len, 64, rng=rng)
