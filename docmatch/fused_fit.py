@@ -1,14 +1,17 @@
 """Fitting the fused related ranking's weights at part build (SPEC §12; :mod:`docmatch.fusion`).
 
 The pool is every document of the pair file and the candidates: the index version's own (texts from its chunks,
-:func:`docmatch.fused_serve.version_texts`) and the corpus documents outside it. A corpus document's text for
-BM25 and links is its raw text, a regulation of a positive pair with what names its parent stripped
-(:func:`docmatch.pairs.strip_other`: the recipe of the citation-stripped split, :mod:`docmatch.citations`); its
-mean vector is the mean of its (embedded) segment rows; a document of the version uses the mean of ALL its chunk
-vectors, as served. Weights are fitted on the ``train`` positives (each ``a``
-ranking its ``b`` among the candidates) and reported on the ``test`` ones beside each signal alone. With no
-train positive the weights stay :data:`docmatch.fusion.DEFAULT_WEIGHTS` (LTM-B off), recorded as unfitted; a
-fit whose pairs never show a typed link keeps the default link weight (there is nothing to fit it on).
+:func:`docmatch.fused_serve.version_texts`; pair ids the version holds as an ``external_id`` are read as its
+documents, :func:`docmatch.stage.to_version_ids`) and the corpus documents outside it. A document's text for
+BM25 and links is its text, a regulation of a positive pair with what names its parent stripped
+(:func:`docmatch.pairs.strip_other`: the recipe of the citation-stripped split, :mod:`docmatch.citations`),
+whether it comes from the version or the corpus; a corpus document's mean vector is the mean of its (embedded)
+segment rows, a document of the version uses the mean of ALL its chunk vectors, as served (a positive pair's
+regulation without its chunks that name the parent: :func:`docmatch.stage.citing_names`). Weights are fitted on
+the ``train`` positives (each ``a`` ranking its ``b`` among the candidates) and reported on the ``test`` ones
+beside each signal alone. With no train positive the weights stay :data:`docmatch.fusion.DEFAULT_WEIGHTS` (LTM-B
+off), recorded as unfitted; a fit whose pairs never show a typed link keeps the default link weight (there is
+nothing to fit it on).
 """
 from __future__ import annotations
 
@@ -29,14 +32,14 @@ def pool_texts(version_dir, ids, corpus=None, pairs: pd.DataFrame | None = None)
     rest = set(ids) - set(texts)
     if rest and corpus is not None:
         c = read_corpus(corpus)
-        ctitle = dict(zip(c["id"], c["title"]))
         sub = c[c["id"].isin(rest)]
         texts.update(zip(sub["id"], sub["text"]))
-        titles.update((d, ctitle[d]) for d in sub["id"])
-        if pairs is not None:
-            pos = pairs[(pairs["label"] == 1) & pairs["a"].isin(rest) & pairs["b"].isin(set(ctitle))]
-            for a, b in zip(pos["a"], pos["b"]):
-                texts[a] = strip_other(texts[a], ctitle[b])
+        titles.update(zip(sub["id"], sub["title"]))
+    if pairs is not None:  # the version's own regulations too: the fit ranks as the stripped split does
+        pos = pairs[(pairs["label"] == 1) & pairs["a"].isin(set(texts)) & pairs["b"].isin(set(titles))]
+        for a, b in zip(pos["a"], pos["b"]):
+            if titles[b]:
+                texts[a] = strip_other(texts[a], titles[b])
     return texts, titles
 
 
@@ -53,12 +56,14 @@ def _version_titles(version_dir, texts: dict) -> dict:
     return {str(d): (t or "") for d, t in zip(c["doc_id"], c["title"]) if str(d) in texts}
 
 
-def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=None) -> dict:
+def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=None, drop: dict | None = None
+               ) -> dict:
     """The part's ``fusion`` record: ``weights`` (signal -> weight), ``fitted`` (bool), ``fit`` (grid figures on
     the train queries), ``test`` (system -> recall@1 / MRR on the test positives: each signal alone and
     ``fused``), ``pool`` (documents).
 
-    ``mats``: id -> segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``.
+    ``mats``: id -> segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``; ``drop``: the
+    version's regulations' chunks left out of their mean (:func:`docmatch.stage.citing_names`).
     """
     ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(cands))
     texts, titles = pool_texts(version_dir, ids, corpus, pairs)
@@ -70,7 +75,7 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
     if inside:  # the version's own documents: the mean of ALL their chunk vectors, as served
         from docmatch.fused_serve import version_means
 
-        m[inside] = version_means(version_dir, [ids[k] for k in inside])
+        m[inside] = version_means(version_dir, [ids[k] for k in inside], drop)
     pool = SignalPool(ids, texts, titles, m, ltm)
     pos = pairs[pairs["label"] == 1]
     cands = [c for c in cands if c in pool.row]

@@ -35,11 +35,12 @@ def version_texts(version_dir: str | os.PathLike) -> dict[str, str]:
     return out
 
 
-def version_means(version_dir: str | os.PathLike, ids: list[str]) -> np.ndarray:
-    """L2-normalised means (n, hidden) float32 of every chunk vector of each document of ``ids``, in order."""
+def version_means(version_dir: str | os.PathLike, ids: list[str], drop: dict | None = None) -> np.ndarray:
+    """L2-normalised means (n, hidden) float32 of every chunk vector of each document of ``ids``, in order
+    (``drop``: :func:`docmatch.segments.version_matrices`'s chunks left out)."""
     from docmatch.segments import version_matrices
 
-    mats = version_matrices(version_dir, ids)
+    mats = version_matrices(version_dir, ids, drop=drop)
     m = np.stack([mats[d].mean(0) for d in ids]).astype(np.float32)
     return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
 

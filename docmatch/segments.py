@@ -40,9 +40,12 @@ def segments(text: str, cfg: ChunkConfig = ChunkConfig(), max_segments: int | No
 
 
 def version_matrices(version_dir: str | os.PathLike, doc_ids: Sequence[str] | None = None,
-                     max_segments: int | None = None) -> dict[str, np.ndarray]:
+                     max_segments: int | None = None, drop: dict[str, Sequence[str]] | None = None
+                     ) -> dict[str, np.ndarray]:
     """doc_id -> float32 (n_segments, hidden) of an index version: its chunks' stored vectors ordered by
-    ``start`` (first ``max_segments``; None: all), for ``doc_ids`` (None: every document).
+    ``start`` (first ``max_segments``; None: all), for ``doc_ids`` (None: every document). ``drop``: doc_id ->
+    names; that document's chunks whose text holds one of them are left out (a citation-stripped view of its
+    vectors without embedding it again, SPEC §12), unless every chunk holds one.
 
     Raises:
         FileNotFoundError: the version keeps no ``embeddings.npy`` or ``chunks.parquet``.
@@ -51,7 +54,7 @@ def version_matrices(version_dir: str | os.PathLike, doc_ids: Sequence[str] | No
     d = Path(version_dir)
     if not (d / "embeddings.npy").is_file():
         raise FileNotFoundError(f"{d}: no embeddings.npy (the version keeps no raw chunk vectors)")
-    chunks = pd.read_parquet(d / "chunks.parquet", columns=["doc_id", "start"])
+    chunks = pd.read_parquet(d / "chunks.parquet", columns=["doc_id", "start"] + (["text"] if drop else []))
     vecs = np.load(d / "embeddings.npy", mmap_mode="r")
     if len(vecs) != len(chunks):
         raise ValueError(f"{d}: embeddings.npy has {len(vecs)} rows, chunks.parquet {len(chunks)}")
@@ -60,7 +63,12 @@ def version_matrices(version_dir: str | os.PathLike, doc_ids: Sequence[str] | No
         chunks = chunks[chunks["doc_id"].isin(set(doc_ids))]
     out = {}
     for doc, g in chunks.sort_values(["doc_id", "start", "row"]).groupby("doc_id", sort=False):
-        rows = g["row"].to_numpy()[:max_segments]
+        rows = g["row"].to_numpy()
+        names = [n for n in (drop or {}).get(str(doc), ()) if n]
+        if names:
+            keep = ~g["text"].map(lambda t: any(n in t for n in names)).to_numpy()
+            rows = rows[keep] if keep.any() else rows
+        rows = rows[:max_segments]
         out[str(doc)] = np.asarray(vecs[rows], dtype=np.float32)
         if not np.isfinite(out[str(doc)]).all():  # would score NaN and print invalid JSON
             raise ValueError(f"{d}: embeddings.npy holds a vector that is not finite (NaN or inf) for document "

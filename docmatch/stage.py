@@ -35,9 +35,56 @@ def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
     return manifest, ids
 
 
+def to_version_ids(pairs, version_dir: Path):
+    """``pairs`` (``a``, ``b`` ids) with every id the version holds as a document's ``external_id`` (an imported
+    corpus keeps its ids there: ``--id-column``) replaced by that document's ``doc_id``, and the number replaced.
+    Such a pair is then fitted on the version's own vectors (all its chunks for the mean, as served) and text,
+    never embedded again from the corpus. An ``external_id`` two documents share maps nowhere."""
+    import pandas as pd
+
+    if "external_id" not in _chunk_columns(version_dir):
+        return pairs, 0
+    c = pd.read_parquet(version_dir / "chunks.parquet", columns=["doc_id", "external_id"]).drop_duplicates()
+    c = c[c["external_id"].notna()]
+    c = c[~c["external_id"].duplicated(keep=False)]
+    by_ext = dict(zip(c["external_id"].astype(str), c["doc_id"].astype(str)))
+    out = pairs.copy()
+    for col in ("a", "b"):
+        out[col] = out[col].map(lambda x: by_ext.get(x, x))
+    return out, int((out["a"] != pairs["a"]).sum() + (out["b"] != pairs["b"]).sum())
+
+
+def citing_names(pairs, version_dir: Path) -> dict[str, tuple[str, ...]]:
+    """regulation doc_id -> the names of its parent (title, and without ``中华人民共和国``) for every positive pair
+    whose regulation the version holds: what the citation-stripped recipe removes (:func:`docmatch.pairs.
+    strip_other`), so its chunks naming them are left out of the fit's vectors (SPEC §12)."""
+    import pandas as pd
+
+    from docmatch.pairs import PREFIX
+
+    c = pd.read_parquet(version_dir / "chunks.parquet", columns=["doc_id", "title"]).drop_duplicates("doc_id")
+    title = dict(zip(c["doc_id"].astype(str), c["title"].fillna("")))
+    pos = pairs[pairs["label"] == 1]
+    out = {}
+    for a, b in zip(pos["a"], pos["b"]):
+        t = title.get(b, "")
+        if a in title and t:
+            out[a] = tuple(n for n in {t, t.removeprefix(PREFIX)} if len(n) >= 2)
+    return out
+
+
+def _chunk_columns(version_dir: Path) -> set[str]:
+    """The column names of a version's ``chunks.parquet`` (read from its schema only)."""
+    import pyarrow.parquet as pq
+
+    return set(pq.read_schema(version_dir / "chunks.parquet").names)
+
+
 def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache_dir=None,
-                      max_segments: int = 2, precision: str | None = None) -> tuple[dict, dict]:
-    """(id -> matrix, embedding figures): the version's own vectors for its documents, the others from
+                      max_segments: int = 2, precision: str | None = None, drop: dict | None = None
+                      ) -> tuple[dict, dict]:
+    """(id -> matrix, embedding figures): the version's own vectors for its documents (``drop``: their chunks
+    naming a positive pair's parent left out, :func:`citing_names`), the others from
     ``corpus`` (:func:`docmatch.pairs.read_corpus` file; stripped texts) embedded by a
     :class:`docmatch.segments.SegmentCache` over the pinned encoder (``cache_dir``; ``precision``: its autocast,
     None: the encoder kind's default).
@@ -50,7 +97,7 @@ def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache
     from retrieval.chunks import ChunkConfig
 
     _, inside = version_docs(version_dir)
-    mats = version_matrices(version_dir, [i for i in ids if i in inside], max_segments)
+    mats = version_matrices(version_dir, [i for i in ids if i in inside], max_segments, drop)
     outside = sorted(set(ids) - set(mats))
     if not outside:
         return mats, {"embedded_segments": 0}
@@ -86,28 +133,40 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
     if "split" not in pairs.columns:
         split = split_laws(pairs["b"], PairConfig(seed=tcfg.seed))
         pairs["split"] = pairs["b"].map(split)
+    pairs, mapped = to_version_ids(pairs, vdir)
+    if candidates:
+        candidates = set(to_version_ids(_cand_frame(candidates), vdir)[0]["b"])
     ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(candidates or ()))
     cache_dir = Path(cache_dir) if cache_dir else out / "segments"
-    mats, emb = document_matrices(vdir, manifest, ids, corpus, cache_dir, cfg.max_segments, precision)
+    drop = citing_names(pairs, vdir)
+    mats, emb = document_matrices(vdir, manifest, ids, corpus, cache_dir, cfg.max_segments, precision, drop)
     dim = next(iter(mats.values())).shape[1]
     cands = sorted(candidates) if candidates else sorted(set(pairs["b"]))
     model, hist = train_ltm(pairs, mats, replace(cfg, dim=dim), tcfg, log=log)
     test = pairs[(pairs["split"] == "test") & (pairs["label"] == 1)]
     figs = {"best_dev_mrr": hist["best_dev_mrr"], "train_s": round(hist["seconds"], 1),
-            "epochs": len(hist["epochs"]), "embedding": emb, "pairs": int(len(pairs)),
+            "epochs": len(hist["epochs"]), "embedding": emb, "pairs": int(len(pairs)), "ids_in_version": mapped,
             "test": rank_metrics(lambda a, c: ltm_scores(model, mats, a, c), test, cands) if len(test) else None}
     from retrieval.parts import version_identity
     from storage import file_sha256
 
     from docmatch.fused_fit import fit_fusion
 
-    fusion = fit_fusion(vdir, pairs, mats, lambda a, c: ltm_scores(model, mats, a, c), cands, corpus)
+    fusion = fit_fusion(vdir, pairs, mats, lambda a, c: ltm_scores(model, mats, a, c), cands, corpus, drop)
     figs["fusion"] = {k: v for k, v in fusion.items() if k != "pool"}
     info = {"provenance": version_identity(manifest), "figures": figs, "pairs_sha256": file_sha256(pairs_file),
             "train": asdict(tcfg), "fusion": fusion}
     out.mkdir(parents=True, exist_ok=True)
     save(model, out / PART_FILE, info)
     return {**figs, "path": str(out / PART_FILE)}
+
+
+def _cand_frame(candidates):
+    """Candidate ids as a pair table's ``a`` / ``b`` columns (both the id), for :func:`to_version_ids`."""
+    import pandas as pd
+
+    ids = sorted(candidates)
+    return pd.DataFrame({"a": ids, "b": ids})
 
 
 def pd_concat(*frames):

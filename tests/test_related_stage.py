@@ -67,3 +67,53 @@ def test_a_default_corpus_without_pairs_publishes_the_own_documents_part(tmp_pat
     rec = res["serving_parts"]["related"]
     assert (data / "index" / "CURRENT").read_text().strip() == "v1"
     assert "no law with a regulation" in rec["reason"] and rec["pairs"] == "own documents"  # fused, own documents
+
+
+def test_pairs_whose_documents_the_version_holds_are_fitted_on_its_own_vectors_and_stripped_text(tmp_path):
+    """An imported corpus keeps its ids as ``external_id``: the default pairs over that corpus are read as the
+    version's own documents (every chunk's vector for the mean, as served; nothing embedded again), and a
+    positive pair's regulation is stripped of its parent's name in the fit's text as it is for a corpus
+    document (the citation-stripped recipe, SPEC §12)."""
+    import pandas as pd
+
+    from answers.stages import index_publish_stage
+    from docmatch.fused_fit import pool_texts
+    from docmatch.pairs import read_pairs
+    from docmatch.stage import to_version_ids
+    from retrieval.chunks import ChunkConfig
+    from tests.retrieval_builders import save_tiny_bert, write_clean
+
+    rows = corpus_rows()
+    corpus = tmp_path / "laws.jsonl"
+    corpus.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    docs = pd.DataFrame([{"doc_id": f"v{k:03d}", "text": r["text"], "title": r["title"], "source": "import",
+                          "url": None, "citation": None, "n_chars": len(r["text"]), "external_id": r["id"]}
+                         for k, r in enumerate(rows)])
+    data = tmp_path / "data"
+    clean = write_clean(docs, data / "documents_clean")
+    enc = save_tiny_bert(tmp_path / "enc")
+    res = index_publish_stage(clean, enc, data / "index", ChunkConfig(max_chars=40, overlap=10), sparse=None,
+                              answer_scorer=None, related_corpus=corpus, related_segments=2)
+    vdir = data / "index" / res["version"]
+    figs = json.loads((vdir / "manifest.json").read_text(encoding="utf-8"))["parts"]["related"]["figures"]
+    assert figs["ids_in_version"] > 0 and figs["embedding"]["embedded_segments"] == 0
+    assert figs["fusion"]["fitted"] and figs["test"]["queries"] >= 1
+
+    pairs_file = sorted((data / "cache" / "related").glob("pairs-*.jsonl"))[0]
+    pairs, mapped = to_version_ids(read_pairs(pairs_file), vdir)
+    assert mapped == 2 * len(pairs) and set(pairs["a"]) <= set(docs["doc_id"])
+    pos = pairs[(pairs["label"] == 1) & pairs["a"].str.startswith("v")].iloc[0]
+    texts, titles = pool_texts(vdir, [pos["a"], pos["b"]], corpus, pairs)
+    parent = titles[pos["b"]]
+    short = parent.removeprefix("中华人民共和国")
+    assert short in docs.set_index("doc_id").loc[pos["a"], "text"]  # the version holds the citation ...
+    assert short not in texts[pos["a"]]  # ... the fit's text does not
+
+    from docmatch.segments import version_matrices
+    from docmatch.stage import citing_names
+
+    drop = citing_names(pairs, vdir)
+    assert set(drop[pos["a"]]) == {parent, short}
+    full = version_matrices(vdir, [pos["a"]])[pos["a"]]
+    cut = version_matrices(vdir, [pos["a"]], drop=drop)[pos["a"]]
+    assert 0 < len(cut) < len(full)  # the vectors of the chunks naming the parent are left out of the fit
