@@ -1,7 +1,7 @@
 """Train and evaluate the neural span reader (SPEC §9; :mod:`model.span_reader`) on CPU or CUDA.
 
 Sources, trained in this order: ``recurring`` (recurring-span selection on the NCPQA documents' texts,
-:mod:`model.span_pretrain`; Ram et al. 2021), ``mrc`` (CMRC 2018 / DRCD span questions in /work/shared/mrc),
+:mod:`model.span_pretrain`; Ram et al. 2021), ``mrc`` (CMRC 2018 / DRCD span questions in ../shared/mrc),
 ``ncpqa`` (the training documents' NCPQA questions of the split by document). The split (``--seed``,
 ``--test-frac`` of documents held out) is the same for training and :func:`evaluate`; held-out documents never
 enter training, recurring pretraining included. Plain AdamW loop (linear decay), ``torch.set_num_threads``
@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-QA = Path("/work/shared/qa")
-MRC = Path("/work/shared/mrc")
+QA = Path("../shared/qa")  # relative to the repository root, as the pipeline's inputs
+MRC = Path("../shared/mrc")
 
 
 def load_ncpqa(qa_dir: Path = QA) -> tuple[list, dict]:
@@ -47,21 +47,35 @@ def ncpqa_examples(qs: list, docs: dict, held: set, n: int, rng: random.Random) 
     return ex[:n] if n else ex
 
 
-def mrc_examples(limit: int, seed: int) -> list:
-    """At most ``limit`` (question, context, start, end) from the SQuAD-format json files under /work/shared/mrc."""
+def mrc_examples(limit: int, seed: int, root: Path = MRC) -> list:
+    """At most ``limit`` (question, context, start, end) span questions, shuffled by ``seed``, from the JSON Lines
+    files (gzip or not) under ``root`` in ``../shared/mrc``'s format (``context, question, answer_start`` — a
+    string there —, ``answer_end_exclusive``; CMRC 2018, Cui et al. 2019; DRCD, Shao et al. 2018), every file but
+    the CMRC 2018 dev set (kept for measuring the reader on MRC itself). A row whose offsets do not fit its
+    context is skipped.
+
+    Raises:
+        ValueError: no usable span question under ``root``.
+    """
+    import gzip
+
     out = []
-    for f in sorted(MRC.rglob("*.json")):
-        try:
-            data = json.load(open(f, encoding="utf-8"))["data"]
-        except (KeyError, ValueError, TypeError):
+    files = sorted(root.glob("*.jsonl.gz")) + sorted(root.glob("*.jsonl"))
+    for f in files:
+        if f.name.startswith("cmrc2018_dev"):
             continue
-        for art in data:
-            for par in art.get("paragraphs", []):
-                for qa in par.get("qas", []):
-                    ans = (qa.get("answers") or [None])[0]
-                    if ans and ans.get("answer_start", -1) >= 0:
-                        a = ans["answer_start"]
-                        out.append((qa["question"], par["context"], a, a + len(ans["text"])))
+        with (gzip.open if f.suffix == ".gz" else open)(f, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                try:
+                    a, e = int(r["answer_start"]), int(r["answer_end_exclusive"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if 0 <= a < e <= len(r.get("context") or "") and r.get("question"):
+                    out.append((r["question"], r["context"], a, e))
+    if not out:
+        raise ValueError(f"no MRC span question under {root} (JSON Lines with context, question, "
+                         "answer_start, answer_end_exclusive)")
     random.Random(seed).shuffle(out)
     return out[:limit]
 
