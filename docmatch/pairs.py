@@ -121,6 +121,13 @@ def strip_citations(text: str, titles: re.Pattern) -> str:
     return titles.sub("", text)
 
 
+def title_names(title: str) -> tuple[str, ...]:
+    """The names a document titled ``title`` goes by in other texts: the title and its short form without
+    ``中华人民共和国``, each of at least 2 chars, longest first."""
+    short = title[len(PREFIX):] if title.startswith(PREFIX) else title
+    return tuple(sorted({n for n in (title, short) if len(n) >= 2}, key=len, reverse=True))
+
+
 def strip_other(text: str, other_title: str) -> str:
     """``text`` without what names ONE other document (SPEC §12's pair-specific stripping): the citing clause
     ``根据《other》…，`` (to its first comma), ``《other》`` and the bare title, full and without ``中华人民共和国``
@@ -128,7 +135,7 @@ def strip_other(text: str, other_title: str) -> str:
     short = other_title[len(PREFIX):] if other_title.startswith(PREFIX) else other_title
     if short not in text:  # the full title contains the short one: nothing to strip
         return text
-    names = "|".join(re.escape(n) for n in sorted({other_title, short}, key=len, reverse=True) if len(n) >= 2)
+    names = "|".join(re.escape(n) for n in title_names(other_title))
     if not names:
         return text
     text = re.sub(rf"根据《(?:{names})》[^，,。；;\n]{{0,80}}[，,]", "", text)

@@ -35,19 +35,26 @@ def version_docs(version_dir: Path) -> tuple[dict, set[str]]:
     return manifest, ids
 
 
-def to_version_ids(pairs, version_dir: Path):
-    """``pairs`` (``a``, ``b`` ids) with every id the version holds as a document's ``external_id`` (an imported
-    corpus keeps its ids there: ``--id-column``) replaced by that document's ``doc_id``, and the number replaced.
-    Such a pair is then fitted on the version's own vectors (all its chunks for the mean, as served) and text,
-    never embedded again from the corpus. An ``external_id`` two documents share maps nowhere."""
+def version_external_ids(version_dir: Path) -> dict[str, str]:
+    """external_id -> doc_id of the documents of a version whose chunks carry one (an imported corpus keeps its
+    ids there: ``--id-column``); an ``external_id`` two documents share maps nowhere; ``{}`` without the column."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
-    if "external_id" not in _chunk_columns(version_dir):
-        return pairs, 0
+    if "external_id" not in pq.read_schema(version_dir / "chunks.parquet").names:
+        return {}
     c = pd.read_parquet(version_dir / "chunks.parquet", columns=["doc_id", "external_id"]).drop_duplicates()
     c = c[c["external_id"].notna()]
     c = c[~c["external_id"].duplicated(keep=False)]
-    by_ext = dict(zip(c["external_id"].astype(str), c["doc_id"].astype(str)))
+    return dict(zip(c["external_id"].astype(str), c["doc_id"].astype(str)))
+
+
+def to_version_ids(pairs, version_dir: Path):
+    """``pairs`` (``a``, ``b`` ids) with every id the version holds as a document's ``external_id``
+    (:func:`version_external_ids`) replaced by that document's ``doc_id``, and the number replaced. Such a pair
+    is then fitted on the version's own vectors (all its chunks for the mean, as served) and text, never embedded
+    again from the corpus."""
+    by_ext = version_external_ids(version_dir)
     out = pairs.copy()
     for col in ("a", "b"):
         out[col] = out[col].map(lambda x: by_ext.get(x, x))
@@ -55,29 +62,17 @@ def to_version_ids(pairs, version_dir: Path):
 
 
 def citing_names(pairs, version_dir: Path) -> dict[str, tuple[str, ...]]:
-    """regulation doc_id -> the names of its parent (title, and without ``中华人民共和国``) for every positive pair
+    """regulation doc_id -> the names of its parent (:func:`docmatch.pairs.title_names`) for every positive pair
     whose regulation the version holds: what the citation-stripped recipe removes (:func:`docmatch.pairs.
     strip_other`), so its chunks naming them are left out of the fit's vectors (SPEC §12)."""
     import pandas as pd
 
-    from docmatch.pairs import PREFIX
+    from docmatch.pairs import title_names
 
     c = pd.read_parquet(version_dir / "chunks.parquet", columns=["doc_id", "title"]).drop_duplicates("doc_id")
     title = dict(zip(c["doc_id"].astype(str), c["title"].fillna("")))
     pos = pairs[pairs["label"] == 1]
-    out = {}
-    for a, b in zip(pos["a"], pos["b"]):
-        t = title.get(b, "")
-        if a in title and t:
-            out[a] = tuple(n for n in {t, t.removeprefix(PREFIX)} if len(n) >= 2)
-    return out
-
-
-def _chunk_columns(version_dir: Path) -> set[str]:
-    """The column names of a version's ``chunks.parquet`` (read from its schema only)."""
-    import pyarrow.parquet as pq
-
-    return set(pq.read_schema(version_dir / "chunks.parquet").names)
+    return {a: title_names(title[b]) for a, b in zip(pos["a"], pos["b"]) if a in title and title.get(b)}
 
 
 def document_matrices(version_dir: Path, manifest: dict, ids, corpus=None, cache_dir=None,
@@ -135,7 +130,8 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
         pairs["split"] = pairs["b"].map(split)
     pairs, mapped = to_version_ids(pairs, vdir)
     if candidates:
-        candidates = set(to_version_ids(_cand_frame(candidates), vdir)[0]["b"])
+        by_ext = version_external_ids(vdir)
+        candidates = {by_ext.get(c, c) for c in candidates}
     ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(candidates or ()))
     cache_dir = Path(cache_dir) if cache_dir else out / "segments"
     drop = citing_names(pairs, vdir)
@@ -159,14 +155,6 @@ def build_related_part(version_dir, pairs_file, out_dir, corpus=None, cache_dir=
     out.mkdir(parents=True, exist_ok=True)
     save(model, out / PART_FILE, info)
     return {**figs, "path": str(out / PART_FILE)}
-
-
-def _cand_frame(candidates):
-    """Candidate ids as a pair table's ``a`` / ``b`` columns (both the id), for :func:`to_version_ids`."""
-    import pandas as pd
-
-    ids = sorted(candidates)
-    return pd.DataFrame({"a": ids, "b": ids})
 
 
 def pd_concat(*frames):

@@ -47,39 +47,6 @@ def ncpqa_examples(qs: list, docs: dict, held: set, n: int, rng: random.Random) 
     return ex[:n] if n else ex
 
 
-def mrc_examples(limit: int, seed: int, root: Path = MRC) -> list:
-    """At most ``limit`` (question, context, start, end) span questions, shuffled by ``seed``, from the JSON Lines
-    files (gzip or not) under ``root`` in ``../shared/mrc``'s format (``context, question, answer_start`` — a
-    string there —, ``answer_end_exclusive``; CMRC 2018, Cui et al. 2019; DRCD, Shao et al. 2018), every file but
-    the CMRC 2018 dev set (kept for measuring the reader on MRC itself). A row whose offsets do not fit its
-    context is skipped.
-
-    Raises:
-        ValueError: no usable span question under ``root``.
-    """
-    import gzip
-
-    out = []
-    files = sorted(root.glob("*.jsonl.gz")) + sorted(root.glob("*.jsonl"))
-    for f in files:
-        if f.name.startswith("cmrc2018_dev"):
-            continue
-        with (gzip.open if f.suffix == ".gz" else open)(f, "rt", encoding="utf-8") as fh:
-            for line in fh:
-                r = json.loads(line)
-                try:
-                    a, e = int(r["answer_start"]), int(r["answer_end_exclusive"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                if 0 <= a < e <= len(r.get("context") or "") and r.get("question"):
-                    out.append((r["question"], r["context"], a, e))
-    if not out:
-        raise ValueError(f"no MRC span question under {root} (JSON Lines with context, question, "
-                         "answer_start, answer_end_exclusive)")
-    random.Random(seed).shuffle(out)
-    return out[:limit]
-
-
 def init_reader(e5_dir: Path, layers: int, max_len: int, freeze_embeddings: bool):
     """A :class:`~model.span_reader.SpanReader` whose body is the first ``layers`` layers of the e5 checkpoint
     in ``e5_dir`` (head random), and the e5 tokenizer."""
@@ -198,7 +165,7 @@ def run(args) -> dict:
     """Trains per ``args`` (see the module docstring) and returns the record (budget, losses, figures)."""
     import torch
 
-    from model.span_pretrain import recurring_examples
+    from model.span_pretrain import mrc_examples, recurring_examples
     from model.span_reader import train_features
 
     torch.set_num_threads(args.threads)
@@ -213,7 +180,7 @@ def run(args) -> dict:
         if src == "recurring":
             ex = recurring_examples([t for d, t in sorted(docs.items()) if d not in held], seed=args.seed)
         elif src == "mrc":
-            ex = mrc_examples(args.mrc_n, args.seed)
+            ex = mrc_examples(MRC, args.mrc_n, args.seed)
         elif src == "ncpqa":
             ex = ncpqa_examples(qs, docs, held, args.ncpqa_n, rng)
         else:

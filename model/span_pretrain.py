@@ -2,14 +2,18 @@
 Answering by Pretraining Span Selection", ACL — Splinter), simplified for CPU: an n-gram of chars that occurs in
 two places of one document is kept in one (the answer, inside a passage window) and replaced by a question
 token in the other's sentence, which becomes the "question"; the reader is trained to point at the kept
-occurrence with the same start/end head. No labels needed.
+occurrence with the same start/end head. No labels needed. :func:`mrc_examples` reads the other pretraining
+source, labelled general-domain span questions (CMRC 2018, DRCD), into the same (question, context, start, end)
+tuples.
 """
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 
-__all__ = ["QUESTION_TOKEN", "sentences", "recurring_examples"]
+__all__ = ["QUESTION_TOKEN", "sentences", "recurring_examples", "mrc_examples"]
 
 QUESTION_TOKEN = "[问]"
 _SENT = re.compile(r"[^。！？；\n]+[。！？；]?")
@@ -63,3 +67,36 @@ def recurring_examples(texts, per_doc: int = 8, lo: int = 4, hi: int = 12, reach
             if n >= per_doc:
                 break
     return out
+
+
+def mrc_examples(root, limit: int, seed: int) -> list:
+    """At most ``limit`` (question, context, start, end) span questions, shuffled by ``seed``, from the JSON Lines
+    files (gzip or not) under the folder ``root`` in ``../shared/mrc``'s format (``context, question,
+    answer_start`` — a string there —, ``answer_end_exclusive``; CMRC 2018, Cui et al. 2019; DRCD, Shao et al.
+    2018), every file but the CMRC 2018 dev set (kept for measuring the reader on MRC itself). A row whose
+    offsets do not fit its context is skipped.
+
+    Raises:
+        ValueError: no usable span question under ``root``.
+    """
+    import gzip
+
+    root, out = Path(root), []
+    files = sorted(root.glob("*.jsonl.gz")) + sorted(root.glob("*.jsonl"))
+    for f in files:
+        if f.name.startswith("cmrc2018_dev"):
+            continue
+        with (gzip.open if f.suffix == ".gz" else open)(f, "rt", encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                try:
+                    a, e = int(r["answer_start"]), int(r["answer_end_exclusive"])
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if 0 <= a < e <= len(r.get("context") or "") and r.get("question"):
+                    out.append((r["question"], r["context"], a, e))
+    if not out:
+        raise ValueError(f"no MRC span question under {root} (JSON Lines with context, question, "
+                         "answer_start, answer_end_exclusive)")
+    random.Random(seed).shuffle(out)
+    return out[:limit]

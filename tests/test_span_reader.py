@@ -99,7 +99,7 @@ def test_recurring_span_training_lowers_the_loss_and_reloads_identically(tokeniz
 
 
 def test_mrc_span_questions_are_read_in_the_shared_format(tmp_path):
-    """flows.train_reader's ``mrc`` source reads ../shared/mrc's JSON Lines (gzip; ``answer_start`` a string,
+    """The reader's ``mrc`` source (model.span_pretrain.mrc_examples) reads ../shared/mrc's JSON Lines (gzip; ``answer_start`` a string,
     end exclusive), skips rows whose offsets do not fit and the CMRC 2018 dev file, and says so when nothing is
     usable."""
     import gzip
@@ -107,7 +107,7 @@ def test_mrc_span_questions_are_read_in_the_shared_format(tmp_path):
 
     import pytest
 
-    from flows.train_reader import mrc_examples
+    from model.span_pretrain import mrc_examples
 
     ctx = "范廷颂于1919年6月15日在越南宁平省出生。"
     rows = [{"context": ctx, "question": "范廷颂何时出生？", "answer": "1919年6月15日", "answer_start": "4",
@@ -118,10 +118,10 @@ def test_mrc_span_questions_are_read_in_the_shared_format(tmp_path):
         fh.write("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
     with gzip.open(tmp_path / "cmrc2018_dev.jsonl.gz", "wt", encoding="utf-8") as fh:
         fh.write(json.dumps(rows[0], ensure_ascii=False) + "\n")
-    ex = mrc_examples(10, 0, root=tmp_path)
+    ex = mrc_examples(tmp_path, 10, 0)
     assert len(ex) == 1
     q, c, a, e = ex[0]
     assert q == "范廷颂何时出生？" and c[a:e] == "1919年6月15日"
     (tmp_path / "drcd_test.jsonl.gz").unlink()
     with pytest.raises(ValueError, match="no MRC span question"):
-        mrc_examples(10, 0, root=tmp_path)
+        mrc_examples(tmp_path, 10, 0)
