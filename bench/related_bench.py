@@ -22,6 +22,12 @@ link signal, and fused, on the citation test split and on the title-pattern test
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/related_bench.py --fused --encoder E5_DIR [--work DIR]
         [--cite-sample 150 60 150] [--out FILE.json]
+
+With ``--version-pool`` it measures the fused ranking as a version of the WHOLE corpus serves it
+(:func:`docmatch.fused_eval.run_version_pool`): the same sampled regulations stripped, every other document as it
+is, so the neighbours' own citations are there for ``knn_link``. Lexical signals only (no encoder needed):
+
+    .venv/bin/python bench/related_bench.py --version-pool [--cite-sample 150 60 150] [--out FILE.json]
 """
 from __future__ import annotations
 
@@ -38,7 +44,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "lawrefboo
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="bench/related_bench.py")
-    p.add_argument("--encoder", required=True, help="encoder checkpoint (python -m model.e5 convert)")
+    p.add_argument("--encoder", help="encoder checkpoint (python -m model.e5 convert); all but --version-pool")
     p.add_argument("--corpus", default=str(CORPUS))
     p.add_argument("--work", default="/work/cache-related")
     p.add_argument("--max-segments", type=int, default=1)
@@ -47,8 +53,13 @@ def main(argv=None) -> int:
     p.add_argument("--folds", type=int, help="cross-validate by law with K folds (no pair file)")
     p.add_argument("--reverse-others", type=int, default=600)
     p.add_argument("--fused", action="store_true", help="the fused ranking on the citation-stripped split")
+    p.add_argument("--version-pool", action="store_true", help="the fused ranking over the whole corpus (lexical)")
     p.add_argument("--cite-sample", type=int, nargs=3, default=[150, 60, 150], metavar=("TRAIN", "DEV", "TEST"))
     a = p.parse_args(argv)
+    if a.version_pool:
+        return _version_pool(a)
+    if not a.encoder:
+        p.error("--encoder is required")
     if a.fused:
         return _fused(a)
     if a.folds:
@@ -147,6 +158,28 @@ def _fused(a) -> int:
         print(f"{split}: {'system':<12} {'recall@1':>8} {'MRR':>6} queries")
         for name, m in res[split].items():
             print(f"{'':<{len(split) + 2}}{name:<12} {m['recall@1']:>8.3f} {m['mrr']:>6.3f} {m['queries']}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+    return 0
+
+
+def _version_pool(a) -> int:
+    """The ``--version-pool`` run: prints the weights and one row per system on train / dev / test."""
+    from docmatch.citations import citation_pairs, sample_split
+    from docmatch.fused_eval import run_version_pool
+    from docmatch.pairs import read_corpus
+
+    t0 = time.perf_counter()
+    c = read_corpus(a.corpus)
+    cite = sample_split(citation_pairs(c), dict(zip(("train", "dev", "test"), a.cite_sample)))
+    res = run_version_pool(c, cite)
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(f"pool {res['pool']} documents; run {res['wall_s']} s; weights {res['weights']} "
+          f"(fit on {res['fit']['queries']} train queries: MRR {res['fit']['mrr']:.3f}); "
+          f"bm25+knn_link {res['bm25+knn_link_weights']}")
+    for split in ("train", "dev", "test"):
+        print(f"{split}: " + "  ".join(f"{k} {m['recall@1']:.3f}/{m['mrr']:.3f}" for k, m in res[split].items())
+              + f"  ({res[split]['fused']['queries']} queries)")
     if a.out:
         Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0

@@ -63,3 +63,37 @@ def run_fused(corpus: pd.DataFrame, cite: pd.DataFrame, title_pairs: pd.DataFram
         rows.update({f"{s}+link": metrics(f, g, w) for s, w in alone_fit.items()})
         out[name] = rows
     return out
+
+
+def run_version_pool(corpus: pd.DataFrame, cite: pd.DataFrame, means: np.ndarray | None = None) -> dict:
+    """The fused ranking as a version of the whole corpus serves it (SPEC §12): the pool is EVERY document of
+    ``corpus`` (n), the sampled citation regulations ``cite`` (all splits) with their parent's citation stripped,
+    every other text as it is, so their neighbours keep their own ``根据《…》`` clauses (what ``knn_link`` reads).
+    ``means``: (n, dim) L2-normalised mean vectors in ``corpus`` order, or None (``mean`` and ``ltm`` 0, the fit
+    then weighs ``bm25``, ``link`` and ``knn_link`` only). Weights are fitted on the ``train`` citation queries;
+    returns {"weights", "fit", "pool", and per split ``train`` / ``dev`` / ``test``: {system: metrics}} with each
+    signal alone, ``bm25+knn_link`` and ``fused``.
+
+    Raises:
+        ValueError: ``means`` does not have one row per corpus document.
+    """
+    from docmatch.citations import stripped_texts
+    from docmatch.pairs import LAW_LEVEL
+
+    ids = corpus["id"].tolist()
+    if means is None:
+        means, only = np.zeros((len(ids), 1), dtype=np.float32), ("bm25", "link", "knn_link")
+    else:
+        only = None
+    if len(means) != len(ids):
+        raise ValueError(f"means has {len(means)} rows for {len(ids)} corpus documents")
+    pool = SignalPool(ids, stripped_texts(corpus, cite), dict(zip(corpus["id"], corpus["title"])), means)
+    laws = corpus.loc[corpus["level"] == LAW_LEVEL, "id"].tolist()
+    feats = {s: query_features(pool, q["a"], q["b"], laws) for s, q in cite.groupby("split")}
+    weights, fig = fit_weights(*feats["train"], only=only)
+    pair_w, _ = fit_weights(*feats["train"], only=("bm25", "knn_link"))
+    out = {"weights": weights, "fit": fig, "pool": len(ids), "bm25+knn_link_weights": pair_w}
+    for s, (f, g) in feats.items():
+        rows = {x: metrics(f, g, {x: 1.0}) for x in SIGNALS}
+        out[s] = {**rows, "bm25+knn_link": metrics(f, g, pair_w), "fused": metrics(f, g, weights)}
+    return out

@@ -1,8 +1,9 @@
 """Fitting the fused related ranking's weights at part build (SPEC §12; :mod:`docmatch.fusion`).
 
-The pool is every document of the pair file and the candidates: the index version's own (texts from its chunks,
-:func:`docmatch.fused_serve.version_texts`; pair ids the version holds as an ``external_id`` are read as its
-documents, :func:`docmatch.stage.to_version_ids`) and the corpus documents outside it. A document's text for
+The pool is every document of the index version (texts from its chunks, :func:`docmatch.fused_serve.version_texts`;
+pair ids the version holds as an ``external_id`` are read as its documents, :func:`docmatch.stage.to_version_ids`)
+and the corpus documents of the pair file and the candidates outside it: the fit ranks against what serving ranks
+against, and the neighbours whose links ``knn_link`` reads are the version's. A document's text for
 BM25 and links is its text, a regulation of a positive pair with what names its parent stripped
 (:func:`docmatch.pairs.strip_other`: the recipe of the citation-stripped split, :mod:`docmatch.citations`),
 whether it comes from the version or the corpus; a corpus document's mean vector is the mean of its (embedded)
@@ -62,21 +63,27 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
     the train queries), ``test`` (system -> recall@1 / MRR on the test positives: each signal alone and
     ``fused``), ``pool`` (documents).
 
-    ``mats``: id -> segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``; ``drop``: the
-    version's regulations' chunks left out of their mean (:func:`docmatch.stage.citing_names`).
+    The pool is EVERY document of the version (as serving ranks against them: their texts are the neighbours
+    ``knn_link`` reads, and they set the z-normalisation) plus the pair documents outside it. ``mats``: id ->
+    segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``, scored on the documents of ``mats``
+    (the others get the lowest logit, as serving does past its depth); ``drop``: the version's regulations'
+    chunks left out of their mean (:func:`docmatch.stage.citing_names`).
     """
-    ids = sorted(set(pairs["a"]) | set(pairs["b"]) | set(cands))
-    texts, titles = pool_texts(version_dir, ids, corpus, pairs)
-    ids = [d for d in ids if d in mats]
-    m = np.stack([mats[d].mean(0) for d in ids]).astype(np.float32)
-    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
     own = _version_ids(version_dir)
+    ids = sorted(((set(pairs["a"]) | set(pairs["b"]) | set(cands)) & set(mats)) | own)
+    texts, titles = pool_texts(version_dir, ids, corpus, pairs)
+    dim = next(iter(mats.values())).shape[1]
+    m = np.zeros((len(ids), dim), dtype=np.float32)
     inside = [k for k, d in enumerate(ids) if d in own]
+    outside = [k for k, d in enumerate(ids) if d not in own]
+    if outside:  # corpus copies: the mean of their embedded segments
+        m[outside] = np.stack([mats[ids[k]].mean(0) for k in outside])
+        m[outside] /= np.maximum(np.linalg.norm(m[outside], axis=1, keepdims=True), 1e-12)
     if inside:  # the version's own documents: the mean of ALL their chunk vectors, as served
         from docmatch.fused_serve import version_means
 
         m[inside] = version_means(version_dir, [ids[k] for k in inside], drop)
-    pool = SignalPool(ids, texts, titles, m, ltm)
+    pool = SignalPool(ids, texts, titles, m, _on_known(ltm, mats))
     pos = pairs[pairs["label"] == 1]
     cands = [c for c in cands if c in pool.row]
     train = pos[pos["split"] == "train"]
@@ -93,6 +100,18 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
     if len(gt):
         out["test"] = {**{s: metrics(ft, gt, {s: 1.0}) for s in SIGNALS}, "fused": metrics(ft, gt, weights)}
     return out
+
+
+def _on_known(ltm, mats: dict):
+    """``ltm`` scored only on the candidates ``mats`` holds; the others get the lowest logit computed (0 when
+    none is)."""
+    def score(a: str, cands: list[str]) -> np.ndarray:
+        known = [k for k, c in enumerate(cands) if c in mats]
+        s = np.asarray(ltm(a, [cands[k] for k in known]), dtype=np.float64) if known else np.zeros(0)
+        out = np.full(len(cands), float(s.min()) if len(s) else 0.0)
+        out[known] = s
+        return out
+    return score
 
 
 def build_own_part(version_dir, out_file, max_segments: int = 1, seed: int = 13, reason: str = "") -> dict:

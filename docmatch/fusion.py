@@ -6,10 +6,17 @@ Signals of a query document ``a`` against every other document of a pool (the in
   (:class:`docmatch.baselines.SparseBM25`, IDF over the pool);
 - ``mean``: cosine of the means of the two documents' segment vectors;
 - ``ltm``: LTM-B's match logit (:mod:`docmatch.ltm`);
-- ``link``: 1 when either text names the other's title in 《》 (:mod:`docmatch.links`, any type), else 0.
+- ``link``: 1 when either text names the other's title in 《》 (:mod:`docmatch.links`, any type), else 0;
+- ``knn_link``: what ``a``'s nearest documents implement. The :data:`NEIGHBOURS` documents nearest to ``a`` by
+  the mean of two z-scores, ``bm25`` of the texts and BM25 of the titles over character bigrams (same-named rules
+  of other places are near by title), each vote with that positive score for the document their first
+  ``implements`` link names (``根据《X》…``); the votes are divided by the largest, so the most voted gets 1. A document whose own
+  text no longer names what it implements (a citation lost in conversion, an excerpt, a text that names its basis
+  only by an abbreviation) still gets it from the documents like it: item-based nearest-neighbour collaborative
+  filtering (Sarwar et al. 2001) over the citation graph, as in neighbour-based citation recommendation.
 
 ``bm25``, ``mean`` and ``ltm`` are z-normalised over the pool (mean 0, std 1 over all other documents; a constant
-signal gives 0), ``link`` stays 0/1, and the fused score is ``w · features`` (a convex-combination fusion of
+signal gives 0), ``link`` stays 0/1, ``knn_link`` in [0, 1], and the fused score is ``w · features`` (a convex-combination fusion of
 normalised scores, Bruch, Gai & Ingber 2023, ACM TOIS). The weights are fitted on labelled pairs
 (:func:`fit_weights`: a grid, best mean reciprocal rank of the gold among the candidates, ties to recall@1
 then to the widest mean margin of the gold per unit of weight), never on the pairs the figures are reported on.
@@ -26,10 +33,12 @@ import numpy as np
 from docmatch.baselines import SparseBM25
 from docmatch.links import title_keys, typed_links
 
-SIGNALS = ("bm25", "mean", "ltm", "link")
-DEFAULT_WEIGHTS = {"bm25": 1.0, "mean": 1.0, "ltm": 0.0, "link": 1.0}  # unfitted: no labelled pair to fit on
+SIGNALS = ("bm25", "mean", "ltm", "link", "knn_link")
+# unfitted: no labelled pair to fit on
+DEFAULT_WEIGHTS = {"bm25": 1.0, "mean": 1.0, "ltm": 0.0, "link": 1.0, "knn_link": 1.0}
 GRID = {"bm25": (0.0, 0.25, 0.5, 0.75, 1.0), "mean": (0.0, 0.25, 0.5, 0.75, 1.0),
-        "ltm": (0.0, 0.25, 0.5, 0.75, 1.0), "link": (0.0, 0.5, 1.0, 2.0, 4.0)}
+        "ltm": (0.0, 0.25, 0.5, 0.75, 1.0), "link": (0.0, 0.5, 1.0, 2.0, 4.0), "knn_link": (0.0, 1.0, 2.0, 4.0, 8.0)}
+NEIGHBOURS = 10  # documents whose first implements link votes in knn_link (chosen on train + dev, SPEC §12)
 
 
 def znorm(x: np.ndarray) -> np.ndarray:
@@ -55,13 +64,15 @@ class SignalPool:
     def __post_init__(self):
         self.row = {d: i for i, d in enumerate(self.ids)}
         self.bm25 = SparseBM25([self.texts.get(d, "") for d in self.ids])
+        self.title_bm25 = SparseBM25([self.titles.get(d) or "" for d in self.ids])
         keys = title_keys({d: self.titles.get(d) or "" for d in self.ids})
         self.links = {d: typed_links(f"{self.titles.get(d) or ''}\n{self.texts.get(d, '')}", keys, d)
                       for d in self.ids}
+        self.basis = np.array([self.row[first_implemented(self.links[d]) or d] for d in self.ids], dtype=np.int64)
 
     def features(self, a: str) -> tuple[np.ndarray, np.ndarray]:
-        """(rows (n - 1,) of every other document, features (n - 1, 4) in :data:`SIGNALS` order, z-normalised
-        over those rows as the module docstring says).
+        """(rows (n - 1,) of every other document, features (n - 1, |SIGNALS|) in :data:`SIGNALS` order,
+        normalised over those rows as the module docstring says).
 
         Raises:
             KeyError: ``a`` not in the pool.
@@ -75,20 +86,42 @@ class SignalPool:
         out_links, link = self.links[a], np.zeros(len(rows))
         for k, d in enumerate(others):
             link[k] = float(d in out_links or a in self.links[d])
-        return rows, np.stack([znorm(bm), znorm(mean), znorm(ltm), link], axis=1)
+        zb = znorm(bm)
+        near = (zb + znorm(self.title_bm25.scores(self.titles.get(a) or "")[rows])) / 2
+        return rows, np.stack([zb, znorm(mean), znorm(ltm), link, self.neighbour_votes(i, rows, near)], axis=1)
+
+    def neighbour_votes(self, i: int, rows: np.ndarray, near: np.ndarray) -> np.ndarray:
+        """``knn_link`` (len(rows),) in [0, 1] of the document at row ``i`` over ``rows`` (the other documents,
+        ``near`` their nearness to it: the mean z-score of text and title BM25): the :data:`NEIGHBOURS` nearest
+        vote with their positive nearness for the document their first ``implements`` link names (module
+        docstring)."""
+        votes = np.zeros(len(self.ids))
+        for k in np.argsort(-near, kind="stable")[:NEIGHBOURS]:
+            target = self.basis[rows[k]]
+            if near[k] > 0 and target not in (rows[k], i):
+                votes[target] += near[k]
+        v = votes[rows]
+        top = v.max() if len(v) else 0.0
+        return v / top if top > 0 else v
 
     def kinds(self, a: str, b: str) -> str | None:
         """The link type between ``a`` and ``b`` (``a`` naming ``b`` first, then ``b`` naming ``a``) or None."""
         return self.links[a].get(b) or self.links[b].get(a)
 
 
+def first_implemented(links: dict[str, str]) -> str | None:
+    """The first document a text's typed links (:func:`docmatch.links.typed_links`, in text order) name as
+    ``implements``, or None."""
+    return next((d for d, kind in links.items() if kind == "implements"), None)
+
+
 def weight_vector(weights: dict) -> np.ndarray:
-    """The weights (4,) in :data:`SIGNALS` order (missing ones 0)."""
+    """The weights (|SIGNALS|,) in :data:`SIGNALS` order (missing ones 0)."""
     return np.array([float(weights.get(s, 0.0)) for s in SIGNALS])
 
 
 def gold_ranks(feats: np.ndarray, gold: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """1-based gold ranks (q,) of ``feats`` (q, c, 4) candidates scored by ``w`` (4,) (or (g, 4): (g, q)), a
+    """1-based gold ranks (q,) of ``feats`` (q, c, s) candidates scored by ``w`` (s,) (or (g, s): (g, q)), a
     tie counting against the gold."""
     s = feats @ w.T if w.ndim == 2 else feats @ w
     if w.ndim == 2:
@@ -98,7 +131,7 @@ def gold_ranks(feats: np.ndarray, gold: np.ndarray, w: np.ndarray) -> np.ndarray
 
 
 def _margins(feats: np.ndarray, gold: np.ndarray, ws: np.ndarray) -> np.ndarray:
-    """Mean over queries of (gold score - best other score) / total weight, per weight row of ``ws`` (g, 4)."""
+    """Mean over queries of (gold score - best other score) / total weight, per weight row of ``ws`` (g, s)."""
     s = np.moveaxis(feats @ ws.T, -1, 0)  # (g, q, c)
     g = np.take_along_axis(s, np.broadcast_to(gold[None, :, None], s.shape[:-1] + (1,)), -1)[..., 0]
     other = s.copy()
@@ -109,7 +142,7 @@ def _margins(feats: np.ndarray, gold: np.ndarray, ws: np.ndarray) -> np.ndarray:
 def fit_weights(feats: np.ndarray, gold: np.ndarray, grid: dict = GRID, only: Sequence[str] | None = None
                 ) -> tuple[dict, dict]:
     """The grid weights (:data:`GRID`; ``only``: the signals allowed a weight, the others 0) with the best MRR of
-    the gold (``gold`` (q,) index into the candidates of ``feats`` (q, c, 4)), ties to recall@1 then to the
+    the gold (``gold`` (q,) index into the candidates of ``feats`` (q, c, |SIGNALS|)), ties to recall@1 then to the
     widest mean margin of the gold over the best other candidate per unit of total weight.
     Returns (weights, {"mrr", "recall@1", "queries", "grid"}).
 
@@ -134,7 +167,7 @@ def fit_weights(feats: np.ndarray, gold: np.ndarray, grid: dict = GRID, only: Se
 
 def query_features(pool: SignalPool, queries: Sequence[str], golds: Sequence[str], cands: Sequence[str]
                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(features (q, c, 4) of each query against ``cands`` (z-normalised over the whole pool, as served), gold
+    """(features (q, c, |SIGNALS|) of each query against ``cands`` (z-normalised over the whole pool, as served), gold
     index (q,)) for queries whose gold is a candidate."""
     cidx = {c: k for k, c in enumerate(cands)}
     fs, gs = [], []

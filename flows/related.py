@@ -50,7 +50,7 @@ def _pairs(rel, path: str, column: str) -> list[dict]:
         ValueError: a line that is not UTF-8 JSON (a leading byte order mark allowed), nested too deep, or not an
             object with ``a`` and ``b``. KeyError: an unknown id (echoed cut to 80 chars).
     """
-    rows = []
+    rows, pairs = [], []
     for i, line in enumerate(Path(path).read_text(encoding="utf-8-sig").splitlines(), 1):  # a BOM is the file's
         if not line.strip():
             continue
@@ -60,9 +60,10 @@ def _pairs(rel, path: str, column: str) -> list[dict]:
             raise ValueError(f"{path}:{i}: not a JSON line (or nested too deep)") from None
         if not isinstance(d, dict) or "a" not in d or "b" not in d:
             raise ValueError(f"{path}:{i}: a pair needs the ids 'a' and 'b'")
-        pair = (rel.resolve(str(d["a"]), column), rel.resolve(str(d["b"]), column))
-        rows.append({**d, "score": rel.score([pair])[0]})
-    return rows
+        rows.append(d)
+        pairs.append((rel.resolve(str(d["a"]), column), rel.resolve(str(d["b"]), column)))
+    # one call: a fused part ranks each ``a`` once for all its pairs
+    return [{**d, "score": s} for d, s in zip(rows, rel.score(pairs))]
 
 
 if __name__ == "__main__":

@@ -80,3 +80,64 @@ def test_signal_pool_features_are_z_normalised_and_links_typed():
     laws = sorted(c.loc[c["level"] == "法律", "id"])
     fq, g = query_features(pool, ["cite0", "cite1"], ["law0", "law1"], laws)
     assert metrics(fq, g, {"link": 1.0, "bm25": 0.25})["recall@1"] == 1.0  # raw texts still cite the parent
+
+
+_TOPICS = ("水资源取水许可", "森林防火巡护", "道路运输车辆", "食品摊贩登记", "文物保护修缮", "电梯安全维保")
+_PLACES = ("甲市", "乙市", "丙市")
+
+
+def _neighbour_corpus() -> pd.DataFrame:
+    """Six laws whose texts share no word with the topics of the regulations implementing them (as a general
+    law and its specific regulations), three regulations per law on one topic, each citing its law."""
+    rows = []
+    for i, topic in enumerate(_TOPICS):
+        law = f"中华人民共和国第{i}号法"
+        rows.append({"id": f"law{i}", "title": law, "level": "法律", "category": "法律", "date": "2020-01-01",
+                     "text": f"第一条 为了规范管理，制定本法。第二条 本法第{i}编适用于有关活动。第三条 国务院负责实施本法。"})
+        for j, place in enumerate(_PLACES):
+            rows.append({"id": f"reg{i}_{j}", "title": f"{place}{topic}条例", "level": "地方性法规",
+                         "category": "地方性法规", "date": "2021-01-01",
+                         "text": f"第一条 根据《{law}》，结合本市实际，制定本条例。第二条 本条例所称{topic}，是指{topic}"
+                                 f"有关活动。第三条 {place}{topic}主管部门负责{topic}工作。第四条 违反{topic}规定的，责令改正。"})
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from docmatch.pairs import read_corpus
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "c.jsonl"
+        p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+        return read_corpus(p)
+
+
+def test_knn_link_votes_for_what_the_nearest_documents_implement():
+    c = _neighbour_corpus()
+    ids = list(c["id"])
+    texts = stripped_texts(c, pd.DataFrame({"a": ["reg0_0"], "law": ["中华人民共和国第0号法"]}))
+    assert "第0号法" not in texts["reg0_0"]  # the query no longer names what it implements
+    pool = SignalPool(ids, texts, dict(zip(c["id"], c["title"])), np.eye(len(ids), 4, dtype=np.float32))
+    rows, f = pool.features("reg0_0")
+    knn = dict(zip((ids[r] for r in rows), f[:, SIGNALS.index("knn_link")]))
+    assert knn["law0"] == 1.0 and sum(v > 0 for v in knn.values()) >= 1  # its two same-topic neighbours vote law0
+    bm = dict(zip((ids[r] for r in rows), f[:, SIGNALS.index("bm25")]))
+    assert bm["law0"] <= max(bm[f"law{i}"] for i in range(1, 6))  # the text alone does not single out the parent
+    assert f[:, SIGNALS.index("link")][rows == pool.row["law0"]].item() == 0.0  # no direct link left
+    _, f1 = pool.features("reg1_1")  # intact: its own link, and the votes of reg1_0 / reg1_2
+    assert f1[:, SIGNALS.index("knn_link")].max() == 1.0
+    plain = SignalPool(ids, {d: t.split("。")[-2] for d, t in texts.items()}, {}, np.eye(len(ids), 4, dtype=np.float32))
+    _, f2 = plain.features("reg0_0")  # no document implements anything (no title known): no vote
+    assert not f2[:, SIGNALS.index("knn_link")].any()
+
+
+def test_version_pool_fit_weighs_the_neighbours_where_the_text_alone_cannot_find_the_parent():
+    from docmatch.fused_eval import run_version_pool
+
+    c = _neighbour_corpus()
+    pairs = citation_pairs(c)
+    cite = pairs.groupby("b").head(1).reset_index(drop=True)  # one stripped regulation per law, split by law
+    res = run_version_pool(c, cite)
+    assert res["pool"] == len(c) and res["weights"]["knn_link"] > 0
+    for split in ("train", "test"):
+        assert res[split]["knn_link"]["recall@1"] == 1.0 > res[split]["bm25"]["recall@1"]
+        assert res[split]["fused"]["recall@1"] == 1.0
