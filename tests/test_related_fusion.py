@@ -141,3 +141,16 @@ def test_version_pool_fit_weighs_the_neighbours_where_the_text_alone_cannot_find
     for split in ("train", "test"):
         assert res[split]["knn_link"]["recall@1"] == 1.0 > res[split]["bm25"]["recall@1"]
         assert res[split]["fused"]["recall@1"] == 1.0
+
+
+def test_weights_fitted_before_knn_link_rank_as_they_did():
+    from docmatch.fusion import weight_vector
+
+    c = _neighbour_corpus()
+    ids = list(c["id"])
+    pool = SignalPool(ids, dict(zip(c["id"], c["text"])), dict(zip(c["id"], c["title"])),
+                      np.eye(len(ids), 4, dtype=np.float32))
+    rows, f = pool.features("reg2_0")
+    old = {"bm25": 0.75, "mean": 0.25, "ltm": 0.0, "link": 1.0}  # a part's weights from before the fifth signal
+    assert f[:, SIGNALS.index("knn_link")].any()
+    assert np.allclose(f @ weight_vector(old), 0.75 * f[:, 0] + 0.25 * f[:, 1] + f[:, 3])
