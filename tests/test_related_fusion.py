@@ -10,6 +10,20 @@ from docmatch.links import title_keys, typed_links
 from tests.test_related import corpus_rows
 
 
+def _read(rows: list[dict]) -> pd.DataFrame:
+    """``rows`` written as a JSON Lines corpus and read back as the pipeline reads one (one title a document)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from docmatch.pairs import read_corpus
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "c.jsonl"
+        p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
+        return read_corpus(p)
+
+
 def _corpus() -> pd.DataFrame:
     """The title-pattern test corpus plus regulations citing a law only in their text (titles name no law)."""
     rows = corpus_rows()
@@ -19,15 +33,7 @@ def _corpus() -> pd.DataFrame:
                      "date": "2022-01-01",
                      "text": f"第一条 根据《{law['title']}》等法律，结合本市实际，制定本条例。{law['text']}"
                              f"第九条 违反本条例的，依照《{law['title']}》处罚。"})
-    from docmatch.pairs import read_corpus  # one title a document, as the pipeline reads a corpus
-    import json
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "c.jsonl"
-        p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
-        return read_corpus(p)
+    return _read(rows)
 
 
 def test_typed_links_name_other_documents_in_book_title_marks():
@@ -99,16 +105,7 @@ def _neighbour_corpus() -> pd.DataFrame:
                          "category": "地方性法规", "date": "2021-01-01",
                          "text": f"第一条 根据《{law}》，结合本市实际，制定本条例。第二条 本条例所称{topic}，是指{topic}"
                                  f"有关活动。第三条 {place}{topic}主管部门负责{topic}工作。第四条 违反{topic}规定的，责令改正。"})
-    import json
-    import tempfile
-    from pathlib import Path
-
-    from docmatch.pairs import read_corpus
-
-    with tempfile.TemporaryDirectory() as d:
-        p = Path(d) / "c.jsonl"
-        p.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows), encoding="utf-8")
-        return read_corpus(p)
+    return _read(rows)
 
 
 def test_knn_link_votes_for_what_the_nearest_documents_implement():
