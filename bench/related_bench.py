@@ -27,7 +27,8 @@ With ``--version-pool`` it measures the fused ranking as a version of the WHOLE 
 (:func:`docmatch.fused_eval.run_version_pool`): the same sampled regulations stripped, every other document as it
 is, so the neighbours' own citations are there for ``knn_link``. Lexical signals only (no encoder needed):
 
-    .venv/bin/python bench/related_bench.py --version-pool [--cite-sample 150 60 150] [--out FILE.json]
+    .venv/bin/python bench/related_bench.py --version-pool [--cite-sample 150 60 150] [--seeds 13 1 2 3 4 5 6]
+        [--out FILE.json]
 """
 from __future__ import annotations
 
@@ -164,26 +165,35 @@ def _fused(a) -> int:
 
 
 def _version_pool(a) -> int:
-    """The ``--version-pool`` run: prints the weights and one row per system on train / dev / test."""
+    """The ``--version-pool`` run: per sample seed (``--seeds``) the weights and one row per system on train / dev
+    / test, then each system's test recall@1 / MRR as mean ± std over the seeds."""
+    import numpy as np
+
     from docmatch.citations import citation_pairs, sample_split
     from docmatch.fused_eval import run_version_pool
     from docmatch.pairs import read_corpus
 
-    t0 = time.perf_counter()
     c = read_corpus(a.corpus)
-    cite = sample_split(citation_pairs(c), dict(zip(("train", "dev", "test"), a.cite_sample)))
-    res = run_version_pool(c, cite)
-    res["wall_s"] = round(time.perf_counter() - t0, 1)
-    print(f"pool {res['pool']} documents; run {res['wall_s']} s; weights {res['weights']} "
-          f"(fit on {res['fit']['queries']} train queries: MRR {res['fit']['mrr']:.3f}); "
-          f"bm25+knn_link {res['bm25+knn_link_weights']}")
-    for split in ("train", "dev", "test"):
-        print(f"{split}: " + "  ".join(f"{k} {m['recall@1']:.3f}/{m['mrr']:.3f}" for k, m in res[split].items())
-              + f"  ({res[split]['fused']['queries']} queries)")
+    pairs, runs = citation_pairs(c), {}
+    for seed in a.seeds:
+        t0 = time.perf_counter()
+        res = run_version_pool(c, sample_split(pairs, dict(zip(("train", "dev", "test"), a.cite_sample)), seed))
+        res["wall_s"] = round(time.perf_counter() - t0, 1)
+        runs[seed] = res
+        print(f"seed {seed}: pool {res['pool']} documents; run {res['wall_s']} s; weights {res['weights']} "
+              f"(fit on {res['fit']['queries']} train queries: MRR {res['fit']['mrr']:.3f}); "
+              f"bm25+knn_link {res['bm25+knn_link_weights']}; without cited {res['without_cited_weights']}")
+        for split in ("train", "dev", "test"):
+            print(f"  {split}: " + "  ".join(f"{k} {m['recall@1']:.3f}/{m['mrr']:.3f}" for k, m in res[split].items())
+                  + f"  ({res[split]['fused']['queries']} queries)")
+    print(f"test, mean ± std over {len(runs)} sample seeds (recall@1 / MRR):")
+    for name in next(iter(runs.values()))["test"]:
+        r1 = np.array([r["test"][name]["recall@1"] for r in runs.values()])
+        mrr = np.array([r["test"][name]["mrr"] for r in runs.values()])
+        print(f"  {name:<22} {r1.mean():.3f} ± {r1.std():.3f} / {mrr.mean():.3f} ± {mrr.std():.3f}")
     if a.out:
-        Path(a.out).write_text(json.dumps(res, ensure_ascii=False, indent=1), encoding="utf-8")
+        Path(a.out).write_text(json.dumps(runs, ensure_ascii=False, indent=1), encoding="utf-8")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -70,9 +70,10 @@ def run_version_pool(corpus: pd.DataFrame, cite: pd.DataFrame, means: np.ndarray
     ``corpus`` (n), the sampled citation regulations ``cite`` (all splits) with their parent's citation stripped,
     every other text as it is, so their neighbours keep their own ``根据《…》`` clauses (what ``knn_link`` reads).
     ``means``: (n, dim) L2-normalised mean vectors in ``corpus`` order, or None (``mean`` and ``ltm`` 0, the fit
-    then weighs ``bm25``, ``link`` and ``knn_link`` only). Weights are fitted on the ``train`` citation queries;
+    then weighs ``bm25``, ``link``, ``knn_link`` and ``cited`` only). Weights are fitted on the ``train`` citation queries;
     returns {"weights", "fit", "pool", and per split ``train`` / ``dev`` / ``test``: {system: metrics}} with each
-    signal alone, ``bm25+knn_link`` and ``fused``.
+    signal alone, ``bm25+knn_link``, ``fused without cited`` (every signal but the ``cited`` prior, fitted the same
+    way) and ``fused``.
 
     Raises:
         ValueError: ``means`` does not have one row per corpus document.
@@ -82,7 +83,7 @@ def run_version_pool(corpus: pd.DataFrame, cite: pd.DataFrame, means: np.ndarray
 
     ids = corpus["id"].tolist()
     if means is None:
-        means, only = np.zeros((len(ids), 1), dtype=np.float32), ("bm25", "link", "knn_link")
+        means, only = np.zeros((len(ids), 1), dtype=np.float32), ("bm25", "link", "knn_link", "cited")
     else:
         only = None
     if len(means) != len(ids):
@@ -92,8 +93,11 @@ def run_version_pool(corpus: pd.DataFrame, cite: pd.DataFrame, means: np.ndarray
     feats = {s: query_features(pool, q["a"], q["b"], laws) for s, q in cite.groupby("split")}
     weights, fig = fit_weights(*feats["train"], only=only)
     pair_w, _ = fit_weights(*feats["train"], only=("bm25", "knn_link"))
-    out = {"weights": weights, "fit": fig, "pool": len(ids), "bm25+knn_link_weights": pair_w}
+    no_cited, _ = fit_weights(*feats["train"], only=tuple(x for x in (only or SIGNALS) if x != "cited"))
+    out = {"weights": weights, "fit": fig, "pool": len(ids), "bm25+knn_link_weights": pair_w,
+           "without_cited_weights": no_cited}
     for s, (f, g) in feats.items():
         rows = {x: metrics(f, g, {x: 1.0}) for x in SIGNALS}
-        out[s] = {**rows, "bm25+knn_link": metrics(f, g, pair_w), "fused": metrics(f, g, weights)}
+        out[s] = {**rows, "bm25+knn_link": metrics(f, g, pair_w), "fused without cited": metrics(f, g, no_cited),
+                  "fused": metrics(f, g, weights)}
     return out

@@ -1,11 +1,12 @@
 """Serving the fused related ranking (SPEC §12; :mod:`docmatch.fusion`) over an index version's own documents.
 
 The ``related`` part's ``info.fusion.weights`` (fitted at build, :func:`docmatch.stage.build_related_part`)
-weigh five signals of the version's documents: BM25 over character bigrams of their texts (the chunk texts
+weigh six signals of the version's documents: BM25 over character bigrams of their texts (the chunk texts
 joined in order, overlaps dropped), the cosine of their mean chunk vectors (every chunk), LTM-B (the part's
 model; scored on the ``depth`` documents nearest by mean vector, the rest given the lowest score computed),
-typed links (:mod:`docmatch.links`) and what the nearest documents implement (``knn_link``). A part fitted
-before ``knn_link`` existed has no weight for it and ranks as it did (a missing weight is 0). A part without
+typed links (:mod:`docmatch.links`), what the nearest documents implement (``knn_link``) and how often the
+version's documents name the candidate as their basis (``cited``). A part fitted before ``knn_link`` or ``cited``
+existed has no weight for them and ranks as it did (a missing weight is 0). A part without
 ``info.fusion`` serves LTM-B alone, as before.
 """
 from __future__ import annotations

@@ -13,9 +13,14 @@ Signals of a query document ``a`` against every other document of a pool (the in
   ``implements`` link names (``根据《X》…``); the votes are divided by the largest, so the most voted gets 1. A document whose own
   text no longer names what it implements (a citation lost in conversion, an excerpt, a text that names its basis
   only by an abbreviation) still gets it from the documents like it: item-based nearest-neighbour collaborative
-  filtering (Sarwar et al. 2001) over the citation graph, as in neighbour-based citation recommendation.
+  filtering (Sarwar et al. 2001) over the citation graph, as in neighbour-based citation recommendation;
+- ``cited``: how often the pool's documents name the candidate as their basis, ``log(1 + n)`` with ``n`` the
+  documents whose first ``implements`` link names it: a prior of the candidate alone, the same for every query
+  (citation recommenders rank with the candidate's log citation count beside text match, Bhagavatula et al.
+  2018, "Content-Based Citation Recommendation", NAACL). Among two laws a regulation draws on it favours the
+  general one (环境保护法 before 大气污染防治法), which its ``根据《…》`` clause names first.
 
-``bm25``, ``mean`` and ``ltm`` are z-normalised over the pool (mean 0, std 1 over all other documents; a constant
+``bm25``, ``mean``, ``ltm`` and ``cited`` are z-normalised over the pool (mean 0, std 1 over all other documents; a constant
 signal gives 0), ``link`` stays 0/1, ``knn_link`` in [0, 1], and the fused score is ``w · features`` (a convex-combination fusion of
 normalised scores, Bruch, Gai & Ingber 2023, ACM TOIS). The weights are fitted on labelled pairs
 (:func:`fit_weights`: a grid, best mean reciprocal rank of the gold among the candidates, ties to recall@1
@@ -33,11 +38,12 @@ import numpy as np
 from docmatch.baselines import SparseBM25
 from docmatch.links import title_keys, typed_links
 
-SIGNALS = ("bm25", "mean", "ltm", "link", "knn_link")
-# unfitted: no labelled pair to fit on
-DEFAULT_WEIGHTS = {"bm25": 1.0, "mean": 1.0, "ltm": 0.0, "link": 1.0, "knn_link": 1.0}
+SIGNALS = ("bm25", "mean", "ltm", "link", "knn_link", "cited")
+# unfitted: no labelled pair to fit on (a prior of the candidate alone would put the most cited in every list)
+DEFAULT_WEIGHTS = {"bm25": 1.0, "mean": 1.0, "ltm": 0.0, "link": 1.0, "knn_link": 1.0, "cited": 0.0}
 GRID = {"bm25": (0.0, 0.25, 0.5, 0.75, 1.0), "mean": (0.0, 0.25, 0.5, 0.75, 1.0),
-        "ltm": (0.0, 0.25, 0.5, 0.75, 1.0), "link": (0.0, 0.5, 1.0, 2.0, 4.0), "knn_link": (0.0, 1.0, 2.0, 4.0, 8.0)}
+        "ltm": (0.0, 0.25, 0.5, 0.75, 1.0), "link": (0.0, 0.5, 1.0, 2.0, 4.0), "knn_link": (0.0, 1.0, 2.0, 4.0, 8.0),
+        "cited": (0.0, 0.1, 0.25, 0.5)}
 NEIGHBOURS = 10  # documents whose first implements link votes in knn_link (chosen on train + dev, SPEC §12)
 
 
@@ -52,7 +58,7 @@ def znorm(x: np.ndarray) -> np.ndarray:
 class SignalPool:
     """The documents one ranks against: ``ids`` (n,), ``texts`` / ``titles`` (id -> str), ``means`` (n, dim)
     L2-normalised mean segment vectors in ``ids`` order, ``ltm``: ``(a, cand ids) -> logits`` or None (the
-    signal is then 0). Builds the BM25 matrix and the link table once."""
+    signal is then 0). Builds the BM25 matrices, the link table and the ``cited`` counts (n,) once."""
 
     ids: list[str]
     texts: dict[str, str]
@@ -69,6 +75,8 @@ class SignalPool:
         self.links = {d: typed_links(f"{self.titles.get(d) or ''}\n{self.texts.get(d, '')}", keys, d)
                       for d in self.ids}
         self.basis = np.array([self.row[first_implemented(self.links[d]) or d] for d in self.ids], dtype=np.int64)
+        own = self.basis == np.arange(len(self.ids))
+        self.cited = np.log1p(np.bincount(self.basis[~own], minlength=len(self.ids)).astype(np.float64))
 
     def features(self, a: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows (n - 1,) of every other document, features (n - 1, |SIGNALS|) in :data:`SIGNALS` order,
@@ -88,7 +96,8 @@ class SignalPool:
             link[k] = float(d in out_links or a in self.links[d])
         zb = znorm(bm)
         near = (zb + znorm(self.title_bm25.scores(self.titles.get(a) or "")[rows])) / 2
-        return rows, np.stack([zb, znorm(mean), znorm(ltm), link, self.neighbour_votes(i, rows, near)], axis=1)
+        return rows, np.stack([zb, znorm(mean), znorm(ltm), link, self.neighbour_votes(i, rows, near),
+                               znorm(self.cited[rows])], axis=1)
 
     def neighbour_votes(self, i: int, rows: np.ndarray, near: np.ndarray) -> np.ndarray:
         """``knn_link`` (len(rows),) in [0, 1] of the document at row ``i`` over ``rows`` (the other documents,

@@ -149,5 +149,22 @@ def test_weights_fitted_before_knn_link_rank_as_they_did():
                       np.eye(len(ids), 4, dtype=np.float32))
     rows, f = pool.features("reg2_0")
     old = {"bm25": 0.75, "mean": 0.25, "ltm": 0.0, "link": 1.0}  # a part's weights from before the fifth signal
-    assert f[:, SIGNALS.index("knn_link")].any()
+    assert f[:, SIGNALS.index("knn_link")].any() and f[:, SIGNALS.index("cited")].any()
     assert np.allclose(f @ weight_vector(old), 0.75 * f[:, 0] + 0.25 * f[:, 1] + f[:, 3])
+
+
+def test_cited_is_the_log_count_of_documents_whose_basis_each_candidate_is():
+    c = _neighbour_corpus()
+    extra = c[c["id"].str.startswith("reg0_")].assign(id=lambda d: d["id"] + "b", title=lambda d: d["title"] + "（二）")
+    c = pd.concat([c, extra], ignore_index=True)  # law0 is now the basis of twice as many regulations
+    ids = list(c["id"])
+    pool = SignalPool(ids, dict(zip(c["id"], c["text"])), dict(zip(c["id"], c["title"])),
+                      np.eye(len(ids), 4, dtype=np.float32))
+    per_law = len(_PLACES)
+    for query in ("reg3_1", "law4"):  # a prior of the candidate: the same order whatever the query
+        rows, f = pool.features(query)
+        cited = dict(zip((ids[r] for r in rows), f[:, SIGNALS.index("cited")]))
+        assert cited["law0"] > cited["law1"] > cited["reg1_0"]  # named by 2n, by n, by none
+        assert cited["law1"] == cited["law2"] and cited["reg1_0"] == cited["reg2_2"]
+        raw = np.log1p([2 * per_law if d == "law0" else per_law if d.startswith("law") else 0 for d in cited])
+        assert np.allclose(list(cited.values()), znorm(raw))
