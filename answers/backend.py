@@ -99,15 +99,38 @@ class SearchBackend:
         return self.answer_reranker if reads_reranker(scorer) else None
 
     def reader(self, scorer=None):
-        """The version's :class:`~answers.reader.Reader`: the span scorer (``scorer``, else the version's pinned
-        one) with the answer cross-encoder it reads, if any (:class:`~answers.reader.ScorerReader`).
+        """The version's :class:`~answers.reader.Reader`: the reader part it was published with beside the span
+        scorer (:attr:`own_reader`), else the span scorer (``scorer``, else the version's pinned one) with the
+        answer cross-encoder it reads, if any (:class:`~answers.reader.ScorerReader`). A ``scorer`` given is
+        always the one read with (the evaluation flows measure scorers that way).
 
         Raises:
-            answers.scorer.ScorerMissingError / PartError: as :attr:`scorer` and :meth:`reranker_for`."""
+            answers.scorer.ScorerMissingError / PartError: as :attr:`scorer` and :meth:`reranker_for`; PartError
+                too when the version's reader part changed since publication."""
         from answers.reader import ScorerReader
 
+        if scorer is None and self.own_reader is not None:
+            return self.own_reader
         scorer = scorer if scorer is not None else self.scorer
         return ScorerReader(scorer, self.reranker_for(scorer), self.version)
+
+    @cached_property
+    def own_reader(self):
+        """The reader part the version holds besides the span scorer and its cross-encoder: of the declared parts
+        of role ``reader`` (:mod:`retrieval.serving_parts`) installed in the version, the last declared whose
+        loader returns an :class:`~answers.reader.Reader` (loaded and checked); None when it holds none.
+
+        Raises:
+            PartError: that part changed since publication (or its loader refuses it: another encoder's)."""
+        from answers.reader import Reader
+        from retrieval.serving_parts import serving_parts
+
+        for part in reversed(serving_parts()):
+            if part.role != "reader" or part in (ANSWER_SCORER_PART, ANSWER_RERANKER_PART):
+                continue
+            if self.bundle.has_part(part.name) and isinstance(loaded := self.bundle.load(part), Reader):
+                return loaded
+        return None
 
     @property
     def reader_settings(self) -> dict:

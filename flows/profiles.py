@@ -138,6 +138,11 @@ class PipelineConfig:
     related_pairs: str = ""
     related_corpus: str = "../shared/corpora/lawrefbook.jsonl.gz"
     related_segments: int = 1
+    # the files of serving parts whose setting is not a field above ({setting: file}, relative paths from the
+    # repository root): a part declared with its own setting (retrieval.serving_parts) is given its file here,
+    # ``--set part_files.<setting>=FILE`` (e.g. the neural span reader, answers.span_reader: span_reader), so a
+    # new part needs no field of this config; a key no declared part reads is an error
+    part_files: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -227,6 +232,10 @@ def _parse_value(text: str, current):
 def _set(obj, path: list[str], text: str):
     from dataclasses import fields, is_dataclass
 
+    if isinstance(obj, dict):  # a mapping setting (part_files): its key is the last name, its value a string
+        if len(path) != 1 or not path[0]:
+            raise ValueError(f"a key of a mapping setting is one name, got {'.'.join(path)!r}")
+        return {**obj, path[0]: text}
     names = {f.name for f in fields(obj)} if is_dataclass(obj) else set()
     if path[0] not in names:
         raise ValueError(f"no setting {path[0]!r} (known: {', '.join(sorted(names))})")
@@ -237,8 +246,8 @@ def _set(obj, path: list[str], text: str):
 
 def with_settings(cfg: PipelineConfig, settings: list[str] | None) -> PipelineConfig:
     """``cfg`` with ``KEY=VALUE`` settings applied, KEY a dotted field path (``chunks.max_chars=500``,
-    ``vocab.min_freq=5``, ``segment_parts=3``), VALUE parsed as JSON (else a string) and checked against
-    the field's current type.
+    ``vocab.min_freq=5``, ``segment_parts=3``; a mapping's key: ``part_files.span_reader=FILE``), VALUE parsed as
+    JSON (else a string) and checked against the field's current type (a mapping's values stay strings).
 
     Raises:
         ValueError: a malformed setting, an unknown field (the message lists the known ones) or a wrong type.

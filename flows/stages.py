@@ -149,6 +149,12 @@ def model_stages(run: Run) -> dict:
             "finetune": run.stage("finetune", now=True)}
 
 
+def part_setting(cfg, name: str):
+    """The value of serving-part setting ``name``: the config's field of that name, else its ``part_files``
+    entry (a part declared without a config field), else ""."""
+    return getattr(cfg, name, "") or cfg.part_files.get(name, "")
+
+
 def serving_part_files(run: Run) -> None:
     """Give the index stage the files of its serving parts as inputs (their content enters its cache key): the
     inputs each declared part reads (:mod:`retrieval.serving_parts`) set in the run's config, relative paths
@@ -158,20 +164,32 @@ def serving_part_files(run: Run) -> None:
     and the pair file or corpus the related-policies model trains on (:func:`docmatch.stage.related_part`; a
     missing default corpus publishes without that part, said on the console).
 
+    A part declared without a config field gets its file from ``part_files`` (:func:`part_setting`).
+
     Raises:
-        FileNotFoundError: the configured question set, answer cross-encoder or pair file does not exist.
-        ValueError: the index stage's contract does not take the question set.
+        FileNotFoundError: the configured question set, answer cross-encoder, pair file or a ``part_files``
+            file does not exist.
+        ValueError: the index stage's contract does not take the question set; a ``part_files`` key no
+            declared part reads.
     """
     from retrieval.serving_parts import serving_parts
 
     repo = Path(__file__).resolve().parent.parent
-    for p in serving_parts():  # a part fitted on a setting given is not installed from its file too
-        fitting = any(getattr(run.cfg, f, "") for f in p.fit_settings)
+    declared = serving_parts()
+    unknown = sorted(set(run.cfg.part_files) - {i for p in declared for i in p.inputs})
+    if unknown:
+        raise ValueError(f"part_files: no serving part reads {unknown} (declared settings: "
+                         f"{sorted({i for p in declared for i in p.inputs})})")
+    for p in declared:  # a part fitted on a setting given is not installed from its file too
+        fitting = any(part_setting(run.cfg, f) for f in p.fit_settings)
         for name in p.inputs:
             if name in (p.setting, p.fallback_setting) and fitting:
                 continue
-            if getattr(run.cfg, name, "") and not run.inputs.get(name):
-                run.inputs[name] = str(repo / getattr(run.cfg, name))
+            if part_setting(run.cfg, name) and not run.inputs.get(name):
+                run.inputs[name] = str(repo / part_setting(run.cfg, name))
+    for name, value in run.cfg.part_files.items():
+        if value and not Path(run.inputs[name]).is_file():
+            raise FileNotFoundError(f"part_files.{name}: part file {run.inputs[name]} not found")
     if run.cfg.answer_reranker and not Path(run.inputs["answer_reranker"]).is_file():
         raise FileNotFoundError(f"answer_reranker: part file {run.inputs['answer_reranker']} not found")
     if run.cfg.related_pairs and not Path(run.inputs["related_pairs"]).is_file():

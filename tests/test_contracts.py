@@ -67,11 +67,12 @@ def test_every_stage_setting_names_a_config_field_and_every_config_field_is_set_
         for param, path in s.settings.items():
             setting(cfg, path)  # raises AttributeError when the field does not exist
     # answer_scorer (and its fallback), reranker, answer_reranker, answer_questions: files the flow resolves from the repository root and gives the
-    # index stage as inputs (their content, not their path, enters the cache key)
+    # index stage as inputs (their content, not their path, enters the cache key); part_files: the same for parts
+    # declared without a field of their own
     assert {f.name for f in fields(cfg)} - used == {"name", "sample_query", "answer_scorer", "answer_scorer_fallback",
                                                    "reranker",
                                                    "answer_reranker", "answer_questions", "related_pairs",
-                                                   "related_corpus"}
+                                                   "related_corpus", "part_files"}
 
 
 def test_segmenter_setting_tokenizes_both_bm25s_and_sparse_fusion_are_settable():

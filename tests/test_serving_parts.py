@@ -23,13 +23,42 @@ TOY = ServingPart("toy_notes", "metadata", "toy-notes.json", setting="toy_notes"
 TOY_PARTS = (TOY,)
 
 
+class FirstSentenceReader:
+    """A reader part of this file: reads each candidate document's first sentence (a fixed rule, not a model),
+    with its part file's threshold."""
+
+    reranker = None
+
+    def __init__(self, threshold: float, version: str):
+        self.threshold, self.version = threshold, version
+
+    def read(self, question: str, prep, k: int, passage_chars: int = 150) -> list:
+        from answers.render import Answer
+
+        out = []
+        for rank, d in enumerate(prep.docs[:k], 1):
+            a, b = d.entry.sentences[0]
+            out.append(Answer(d.entry.text[a:b], 1.0 / rank, a, b, d.doc_id, version=self.version, doc_rank=rank))
+        return out
+
+
+def load_first_sentence_reader(bundle, path: Path) -> FirstSentenceReader:
+    return FirstSentenceReader(json.loads(path.read_text(encoding="utf-8"))["threshold"], bundle.version)
+
+
+TOY_READER = ServingPart("toy_reader", "reader", "toy-reader.json", setting="toy_reader",
+                         load="tests.test_serving_parts:load_first_sentence_reader")
+TOY_READER_PARTS = (TOY_READER,)
+
+
 def test_declarations_are_checked_and_every_library_declares_its_own():
     from retrieval.contracts import INDEX
     from retrieval.serving_parts import ROLES, declared, index_inputs, serving_parts
 
     parts = serving_parts()
-    assert [p.name for p in parts] == ["texts", "reranker", "policy_records", "related", "answer_reranker",
-                                     "answer_scorer"]
+    names = [p.name for p in parts]  # registry order: retrieval's, then docmatch's, then answers' own
+    assert names[:4] == ["texts", "reranker", "policy_records", "related"] and len(set(names)) == len(names)
+    assert names.index("answer_reranker") < names.index("answer_scorer")  # a scorer may pin the cross-encoder
     assert {p.role for p in parts} <= set(ROLES) and declared("answer_scorer").role == "reader"
     assert INDEX.inputs == INDEX.files == index_inputs(parts)  # the stage's inputs are the declarations'
     assert "answer_questions" in INDEX.files and "related_corpus" in INDEX.files
@@ -111,3 +140,44 @@ def test_one_answer_record_renders_to_json_text_and_html():
     assert "A (0.80): 完善<养老>服务" in result_text(r) and "【完善<养老>服务】" in result_text(r)
     assert highlight_html(j) == "第七项要<mark>完善&lt;养老&gt;服务</mark>。"
     assert "<a " not in source_html(j) and "javascript:alert(1)" in source_html(j)
+
+
+@pytest.mark.slow  # builds a tiny index (~10 s)
+def test_a_reader_part_declared_in_one_file_answers_in_place_of_the_scorer(tmp_path, monkeypatch):
+    """A second reader is its declaration and loader: set by ``part_files`` (no config field), installed in the
+    version, and the version answers through it; a version without it answers with the span scorer."""
+    import retrieval.serving_parts as sp
+    from answers.answer import Answerer
+    from answers.backend import SearchBackend
+    from answers.reader import ScorerReader
+    from flows.profiles import get_profile, with_settings
+    from flows.stages import part_setting, serving_part_files
+    from retrieval.chunks import ChunkConfig
+    from retrieval.sparse import make_tokenizer
+    from retrieval.stages import index_stage
+    from tests.retrieval_builders import save_tiny_policybert, write_clean
+
+    monkeypatch.setattr(sp, "REGISTRY", (*sp.REGISTRY, "tests.test_serving_parts:TOY_READER_PARTS"))
+    part = tmp_path / "toy-reader.json"
+    part.write_text(json.dumps({"threshold": 0.25}), encoding="utf-8")
+    cfg = with_settings(get_profile("tiny"), [f"part_files.toy_reader={part}"])
+    assert cfg.part_files == {"toy_reader": str(part)} and part_setting(cfg, "toy_reader") == str(part)
+    assert part_setting(cfg, "answer_scorer") == cfg.answer_scorer  # a config field still wins
+    with pytest.raises(ValueError, match="no serving part reads"):
+        serving_part_files(SimpleNamespace(cfg=with_settings(cfg, ["part_files.toy_readr=x"]), inputs={}))
+    tok, ckpt = make_tokenizer("auto"), save_tiny_policybert(tmp_path / "ckpt", seed=1)
+    clean = write_clean(policy_docs(), tmp_path / "data" / "documents_clean")
+    index = tmp_path / "data" / "index"
+    res = index_stage(clean, ckpt, index, ChunkConfig(max_chars=120, overlap=30), tokenizer=tok, toy_reader=part)
+    assert res["serving_parts"]["toy_reader"]["file"] == "toy-reader.json"
+    reader = SearchBackend(index, tokenizer=tok).reader()
+    assert isinstance(reader, FirstSentenceReader) and reader.threshold == 0.25
+    out = Answerer(tmp_path / "data", tokenizer=tok).answer("数据要素第7项要完善什么？", k=2)
+    texts = dict(zip(policy_docs()["doc_id"], policy_docs()["text"]))
+    assert out["threshold"] == 0.25 and out["answers"] and out["version"] == "v1"
+    for a in out["answers"]:  # each the first sentence of its document, read from the version's own text
+        assert texts[a["doc_id"]].startswith(a["text"]) and a["text"]
+    res2 = index_stage(clean, ckpt, index, ChunkConfig(max_chars=120, overlap=30), tokenizer=tok,
+                       answer_scorer=Path("answers/data/scorer-encoder-free.json"))
+    assert "toy_reader" not in res2["serving_parts"]
+    assert isinstance(SearchBackend(index, tokenizer=tok).reader(), ScorerReader)
