@@ -1,6 +1,7 @@
 """The answer stage's serving parts, declared once (SPEC §9; :mod:`retrieval.serving_parts`): the sentence
-cross-encoder (``answer_reranker``) and the reader (``answer_scorer``: the learned span scorer, the first
-:class:`answers.reader.Reader`). Their loaders are here; the scorer's fit on a question set is
+cross-encoder (``answer_reranker``), the reader (``answer_scorer``: the learned span scorer, the first
+:class:`answers.reader.Reader`) and the neural span reader (``span_reader``, :mod:`answers.span_reader`). The
+first two's loaders are here (the span reader's in its module); the scorer's fit on a question set is
 :func:`answers.stages.scorer_fit`.
 """
 from __future__ import annotations
@@ -36,4 +37,7 @@ ANSWER_SCORER_PART = ServingPart("answer_scorer", "reader", "answer-scorer.json"
                                  pins_if_named=("encoder_model_id", "answer_reranker"),
                                  fit="answers.stages:scorer_fit", fit_settings=("answer_questions",),
                                  record="answers.answer:reader_record", load="answers.parts:load_scorer")
-PARTS = (ANSWER_RERANKER_PART, ANSWER_SCORER_PART)  # the cross-encoder first: a scorer may pin its sha256
+# the neural span reader (answers.span_reader): answers in place of the scorer where a version holds it
+SPAN_READER_PART = ServingPart("span_reader", "reader", "span-reader.json", setting="span_reader",
+                               pins=("encoder_model_id",), load="answers.span_reader:load_span_reader")
+PARTS = (ANSWER_RERANKER_PART, ANSWER_SCORER_PART, SPAN_READER_PART)  # the cross-encoder first: a scorer may pin it
