@@ -62,8 +62,8 @@ def export_span_reader(model, encoder, encoder_model_id: str, out: str | os.Path
     fp16 weights (:data:`WEIGHTS`) beside it, both written whole or not at all; returns ``out``.
 
     Raises:
-        ValueError: the reader's token embeddings are not the encoder's (trained unfrozen, or on another
-            encoder): the part could not share them; ``threshold`` outside (0, 1) or focus counts < 0.
+        ValueError: the reader's token embeddings are not the encoder's, to fp16 rounding (trained unfrozen, or
+            on another encoder): the part could not share them; ``threshold`` outside (0, 1) or focus counts < 0.
     """
     import torch
     from safetensors.torch import save_file
@@ -72,9 +72,9 @@ def export_span_reader(model, encoder, encoder_model_id: str, out: str | os.Path
 
     if not 0 < threshold < 1 or focus_sentences < 1 or focus_after < 0:
         raise ValueError(f"threshold {threshold} must be in (0, 1), focus_sentences >= 1, focus_after >= 0")
-    mine = model.bert.embeddings.word_embeddings.weight.detach().float()
-    theirs = encoder.model.embeddings.word_embeddings.weight.detach().float()
-    if mine.shape != theirs.shape or not torch.equal(mine, theirs):
+    mine = model.bert.embeddings.word_embeddings.weight.detach()
+    theirs = encoder.model.embeddings.word_embeddings.weight.detach()
+    if mine.shape != theirs.shape or not torch.equal(mine.half(), theirs.half()):  # a reader saved in fp16 too
         raise ValueError("the span reader's token embeddings are not this encoder's: train it on this encoder with "
                          "its token embeddings frozen (flows.train_reader --freeze-embeddings)")
     out = Path(out)
