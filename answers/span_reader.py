@@ -99,8 +99,8 @@ def load_span_reader(bundle, path: Path) -> "NeuralSpanReader":
     whose token embeddings it shares.
 
     Raises:
-        PartError: not a span reader part, another encoder's, its weights changed since export (sha256), or
-            tensors that do not fit its config.
+        PartError: not a span reader part (or a malformed one), another encoder's, its weights changed since
+            export (sha256), tensors that do not fit its config, or a version encoder that is not a plain BERT.
     """
     from safetensors.torch import load_file
 
@@ -108,17 +108,24 @@ def load_span_reader(bundle, path: Path) -> "NeuralSpanReader":
     from retrieval.parts import PartError
     from storage.hashing import file_sha256
 
-    d = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(d, dict) or d.get("kind") != KIND:
-        raise PartError(f"span reader part {path}: not a {KIND} file")
-    want = ((d.get("info") or {}).get("provenance") or {}).get("encoder_model_id")
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(d, dict) or d.get("kind") != KIND:
+            raise ValueError(f"not a {KIND} file")
+        want = ((d.get("info") or {}).get("provenance") or {}).get("encoder_model_id")
+        weights = Path(path).parent / Path(str(d["weights"]["file"])).name
+        settings = (float(d["threshold"]), int(d["focus_sentences"]), int(d["focus_after"]))
+        config = SpanReaderConfig.from_dict(dict(d["config"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PartError(f"span reader part {path}: malformed ({str(exc)[:120]})") from None
     if want != bundle.model_id:
         raise PartError(f"span reader part {path}: trained on encoder {want}, this version's is {bundle.model_id}")
-    weights = Path(path).parent / d["weights"]["file"]
-    if not weights.is_file() or file_sha256(weights) != d["weights"]["sha256"]:
+    if not weights.is_file() or file_sha256(weights) != d["weights"].get("sha256"):
         raise PartError(f"span reader part {path}: weights file {weights.name} missing or changed since export")
     encoder = bundle.retriever.dense.encoder
-    model = SpanReader(SpanReaderConfig.from_dict(d["config"]))
+    if not hasattr(getattr(encoder, "model", None), "embeddings"):
+        raise PartError(f"span reader part {path}: the version's encoder is not a plain BERT encoder")
+    model = SpanReader(config)
     state = {k: v.float() for k, v in load_file(str(weights)).items()}
     own = {k: tuple(v.shape) for k, v in model.state_dict().items() if k != TOKEN_EMBEDDINGS}
     if {k: tuple(v.shape) for k, v in state.items()} != own:
@@ -130,7 +137,7 @@ def load_span_reader(bundle, path: Path) -> "NeuralSpanReader":
     model.bert.embeddings.word_embeddings.weight = shared  # shared, not copied
     model.tokenizer = encoder.tokenizer
     model.eval()
-    return NeuralSpanReader(model, d["threshold"], d["focus_sentences"], d["focus_after"], bundle.version)
+    return NeuralSpanReader(model, *settings, version=bundle.version)
 
 
 class NeuralSpanReader:

@@ -59,6 +59,23 @@ def test_the_part_holds_every_tensor_but_the_shared_token_embeddings(trained):
     assert not (trained["root"] / "x" / "span-reader.json").exists()
 
 
+def test_a_malformed_or_foreign_part_is_refused_with_its_name(trained, tmp_path):
+    from types import SimpleNamespace
+
+    from answers.span_reader import load_span_reader
+    from retrieval.parts import PartError
+
+    d = json.loads(trained["part"].read_text(encoding="utf-8"))
+    bundle = SimpleNamespace(model_id=d["info"]["provenance"]["encoder_model_id"], version="v1", retriever=None)
+    for broken in ({**d, "weights": None}, {**d, "threshold": "high"}, {**d, "kind": "scorer"}, ["not", "a", "part"]):
+        f = tmp_path / "span-reader.json"
+        f.write_text(json.dumps(broken), encoding="utf-8")
+        with pytest.raises(PartError, match="span reader part .*(malformed|not a span_reader)"):
+            load_span_reader(bundle, f)
+    with pytest.raises(PartError, match="trained on encoder"):
+        load_span_reader(SimpleNamespace(model_id="another", version="v1", retriever=None), trained["part"])
+
+
 @pytest.mark.slow  # builds two tiny indexes (~20 s)
 def test_a_version_with_the_span_reader_answers_through_it_and_reloads_it_exactly(trained, tmp_path):
     import torch
