@@ -309,8 +309,9 @@ class Answerer:
         return self.backend().store
 
     def check(self) -> dict:
-        """Load the serving version, its texts, its scorer and the answer cross-encoder that scorer reads now (a
-        serving process's start: a missing or refused part is an error before the first request); returns
+        """Load the serving version, its texts and the reader it answers with now (its reader part, or its scorer
+        and the answer cross-encoder that scorer reads: :meth:`~answers.backend.SearchBackend.reader`; a serving
+        process's start: a missing or refused part is an error before the first request); returns
         ``{version, encoder, documents}``.
 
         Raises:
@@ -318,7 +319,7 @@ class Answerer:
             ValueError: the part that cannot be served, named.
         """
         backend = self.backend()
-        backend.reranker_for(self.scorer(backend))
+        backend.reader(self.scorer_override)
         return {"version": backend.version, "encoder": backend.encoder_name, "documents": len(backend.store.text)}
 
     def warm(self) -> int:

@@ -105,6 +105,7 @@ def test_a_version_with_the_span_reader_answers_through_it_and_reloads_it_exactl
     stored = {k: v.half().float() for k, v in trained["model"].state_dict().items()}  # what the part holds
     for k, v in reader.model.state_dict().items():  # every other tensor as exported, to the fp16 rounding
         assert torch.equal(v, shared if k == TOKEN_EMBEDDINGS else stored[k]), k
+    assert Answerer(data, tokenizer=tok).check()["version"] == "v1"  # a serving start: no scorer needed
     out = Answerer(data, tokenizer=tok).answer("数据要素第7项要完善什么？", k=3)
     texts = dict(zip(policy_docs()["doc_id"], policy_docs()["text"]))
     assert out["answers"] and out["version"] == "v1" and out["threshold"] == 0.4
