@@ -180,6 +180,8 @@ def serving_part_files(run: Run) -> None:
     if unknown:
         raise ValueError(f"part_files: no serving part reads {unknown} (declared settings: "
                          f"{sorted({i for p in declared for i in p.inputs})})")
+    if not all(isinstance(v, str) for v in run.cfg.part_files.values()):
+        raise ValueError(f"part_files: every value is a file path, got {run.cfg.part_files}")
     for p in declared:  # a part fitted on a setting given is not installed from its file too
         fitting = any(part_setting(run.cfg, f) for f in p.fit_settings)
         for name in p.inputs:

@@ -165,6 +165,8 @@ def test_a_reader_part_declared_in_one_file_answers_in_place_of_the_scorer(tmp_p
     assert part_setting(cfg, "answer_scorer") == cfg.answer_scorer  # a config field still wins
     with pytest.raises(ValueError, match="no serving part reads"):
         serving_part_files(SimpleNamespace(cfg=with_settings(cfg, ["part_files.toy_readr=x"]), inputs={}))
+    with pytest.raises(ValueError, match="every value is a file path"):
+        serving_part_files(SimpleNamespace(cfg=with_settings(cfg, ['part_files={"toy_reader": 5}']), inputs={}))
     tok, ckpt = make_tokenizer("auto"), save_tiny_policybert(tmp_path / "ckpt", seed=1)
     clean = write_clean(policy_docs(), tmp_path / "data" / "documents_clean")
     index = tmp_path / "data" / "index"
