@@ -140,7 +140,7 @@ class PipelineConfig:
     related_segments: int = 1
     # the files of serving parts whose setting is not a field above ({setting: file}, relative paths from the
     # repository root): a part declared with its own setting (retrieval.serving_parts) is given its file here,
-    # ``--set part_files.<setting>=FILE`` (e.g. the neural span reader, answers.span_reader: span_reader), so a
+    # ``--set part_files.<setting>=FILE`` (e.g. the neural span reader's, docs/answers.md), so a
     # new part needs no field of this config; a key no declared part reads is an error
     part_files: dict = field(default_factory=dict)
 
@@ -246,7 +246,7 @@ def _set(obj, path: list[str], text: str):
 
 def with_settings(cfg: PipelineConfig, settings: list[str] | None) -> PipelineConfig:
     """``cfg`` with ``KEY=VALUE`` settings applied, KEY a dotted field path (``chunks.max_chars=500``,
-    ``vocab.min_freq=5``, ``segment_parts=3``; a mapping's key: ``part_files.span_reader=FILE``), VALUE parsed as
+    ``vocab.min_freq=5``, ``segment_parts=3``; a mapping's key: ``part_files.<setting>=FILE``), VALUE parsed as
     JSON (else a string) and checked against the field's current type (a mapping's values stay strings).
 
     Raises:
