@@ -49,7 +49,7 @@ def reader_from_encoder(encoder, layers: int, max_len: int = 192, doc_stride: in
     model = SpanReader(cfg)
     state = {k: v for k, v in encoder.model.state_dict().items()
              if not k.startswith("encoder.layer.") or int(k.split(".")[2]) < layers}
-    model.bert.load_state_dict(state, strict=False)
+    model.bert.load_state_dict(state)
     for p in model.bert.embeddings.word_embeddings.parameters():
         p.requires_grad = False
     model.tokenizer = encoder.tokenizer

@@ -36,14 +36,14 @@ def main(argv=None) -> int:
     import torch
 
     from answers.answer import Answerer
-    from answers.backend import SearchBackend
     from answers.evaluate import bm25_sentence_baseline, pool_sentences
     from answers.metrics import char_f1, exact_match, overlaps
     from answers.ncpqa import duplicate_targets, load_questions, locate_gold
     from flows.train_reader import load_ncpqa, split_docs
 
     torch.set_num_threads(a.threads)
-    backend = SearchBackend(Path(a.data_dir) / "index")
+    answerer = Answerer(a.data_dir)
+    backend = answerer.backend()  # one loaded version for the reader, the questions' gold and the baseline
     reader = backend.reader()
     _, docs = load_ncpqa()
     held = split_docs(docs, a.seed)
@@ -52,7 +52,6 @@ def main(argv=None) -> int:
     rows = list(q.head(a.n).itertuples() if a.n else q.itertuples())
     print(f"version {backend.version}; reader {type(reader).__name__}; {len(rows)} questions about the {len(held)} "
           f"held-out documents, the version holds {len(backend.store.text)}")
-    answerer = Answerer(a.data_dir)
     answerer.warm()
     hit1 = hit3 = same = 0
     f1, em, secs = [], [], []

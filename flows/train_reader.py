@@ -49,22 +49,14 @@ def ncpqa_examples(qs: list, docs: dict, held: set, n: int, rng: random.Random) 
 
 def init_reader(e5_dir: Path, layers: int, max_len: int, freeze_embeddings: bool):
     """A :class:`~model.span_reader.SpanReader` whose body is the first ``layers`` layers of the e5 checkpoint
-    in ``e5_dir`` (head random), and the e5 tokenizer."""
-    from transformers import AutoTokenizer, BertModel
+    in ``e5_dir`` (head random; :func:`answers.span_reader.reader_from_encoder`), and the e5 tokenizer; with
+    ``freeze_embeddings`` every embedding weight stays fixed, else all of them train."""
+    from answers.span_reader import reader_from_encoder
+    from retrieval.encoders import BertEncoder
 
-    from model.span_reader import SpanReader, SpanReaderConfig
-
-    body = BertModel.from_pretrained(str(e5_dir), add_pooling_layer=False)
-    cfg = SpanReaderConfig(max_len=max_len, **{**body.config.to_dict(), "num_hidden_layers": layers,
-                                                  "architectures": ["SpanReader"]})
-    model = SpanReader(cfg)
-    sd = {k: v for k, v in body.state_dict().items()
-          if not k.startswith("encoder.layer.") or int(k.split(".")[2]) < layers}
-    model.bert.load_state_dict(sd)
-    if freeze_embeddings:
-        for p in model.bert.embeddings.parameters():
-            p.requires_grad = False
-    model.tokenizer = AutoTokenizer.from_pretrained(str(e5_dir))
+    model = reader_from_encoder(BertEncoder.from_checkpoint(e5_dir), layers, max_len)
+    for p in model.bert.embeddings.parameters():
+        p.requires_grad = not freeze_embeddings
     return model
 
 
