@@ -6,7 +6,7 @@ INPUT   ?= ../shared/corpus/policy_docs.csv
 DATA    ?= data
 PROFILE ?= cpu-small
 
-.PHONY: setup system run serve test bench clean
+.PHONY: setup system run serve test test-fast bench clean
 
 setup: system $(VENV)/.setup-stamp
 
@@ -29,6 +29,10 @@ serve: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# the inner loop: every test not marked slow, on two pytest-xdist workers (one per core)
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" -n 2
 
 bench: setup
 	$(BIN)/python bench/pipeline_bench.py --input $(INPUT)
