@@ -98,6 +98,19 @@ def test_recurring_span_training_lowers_the_loss_and_reloads_identically(tokeniz
     assert again.predict(q, c, top_n=3) == model.eval().predict(q, c, top_n=3)
 
 
+def test_a_reader_saved_in_fp16_reloads_computing_in_float32(tokenizer, tmp_path):
+    """flows.train_reader saves the reader in fp16; load_reader reads it back in float32 (fp16 products are
+    ~10x slower on a CPU), equal to the saved weights and predicting as the fp16-rounded model does."""
+    model = tiny(tokenizer)
+    model.half().save_pretrained(str(tmp_path)), tokenizer.save_pretrained(str(tmp_path))
+    again = load_reader(tmp_path)
+    assert {p.dtype for p in again.parameters()} == {torch.float32}
+    saved = model.state_dict()
+    assert all(torch.equal(v, saved[k].float()) for k, v in again.state_dict().items())
+    q = "谁负责组织实施？"
+    assert again.predict(q, DOC, top_n=1)[0][:2] == model.float().eval().predict(q, DOC, top_n=1)[0][:2]
+
+
 def test_mrc_span_questions_are_read_in_the_shared_format(tmp_path):
     """The reader's ``mrc`` source (model.span_pretrain.mrc_examples) reads ../shared/mrc's JSON Lines (gzip; ``answer_start`` a string,
     end exclusive), skips rows whose offsets do not fit and the CMRC 2018 dev file, and says so when nothing is
