@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from docmatch.fusion import DEFAULT_WEIGHTS, SIGNALS, SignalPool, fit_weights, metrics, query_features
+from docmatch.fusion import (DEFAULT_WEIGHTS, LTM_DEPTH, SIGNALS, SignalPool, fit_weights, metrics,
+                             query_features)
 
 
 def pool_texts(version_dir, ids, corpus=None, pairs: pd.DataFrame | None = None) -> tuple[dict, dict]:
@@ -65,8 +66,9 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
 
     The pool is EVERY document of the version (as serving ranks against them: their texts are the neighbours
     ``knn_link`` reads, and they set the z-normalisation) plus the pair documents outside it. ``mats``: id ->
-    segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``, scored on the documents of ``mats``
-    (the others get the lowest logit, as serving does past its depth); ``drop``: the version's regulations'
+    segment matrix of every pair id; ``ltm``: ``(a, cand ids) -> logits``, scored where serving scores it: on
+    the :data:`docmatch.fusion.LTM_DEPTH` documents nearest by mean vector, of those the ones ``mats`` holds (the
+    others get the lowest logit); ``drop``: the version's regulations'
     chunks left out of their mean (:func:`docmatch.stage.citing_names`).
     """
     own = _version_ids(version_dir)
@@ -83,7 +85,8 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
         from docmatch.fused_serve import version_means
 
         m[inside] = version_means(version_dir, [ids[k] for k in inside], drop)
-    pool = SignalPool(ids, texts, titles, m, _on_known(ltm, mats))
+    row = {d: k for k, d in enumerate(ids)}
+    pool = SignalPool(ids, texts, titles, m, _on_known(ltm, mats, lambda a, c: _nearest(m, row, a, c)))
     pos = pairs[pairs["label"] == 1]
     cands = [c for c in cands if c in pool.row]
     train = pos[pos["split"] == "train"]
@@ -102,11 +105,23 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
     return out
 
 
-def _on_known(ltm, mats: dict):
-    """``ltm`` scored only on the candidates ``mats`` holds; the others get the lowest logit computed (0 when
-    none is)."""
+def _nearest(means: np.ndarray, row: dict, a: str, cands: list[str], depth: int = LTM_DEPTH) -> set[int]:
+    """Positions in ``cands`` of the ``depth`` nearest to ``a`` by mean vector (``means`` rows by ``row``), as
+    :class:`docmatch.fused_serve.FusedRanker` picks the documents LTM-B scores (all of them when fewer)."""
+    if len(cands) <= depth:
+        return set(range(len(cands)))
+    rows = np.array([row[c] for c in cands], dtype=np.int64)
+    return set(np.argsort(-(means[rows] @ means[row[a]]), kind="stable")[:depth].tolist())
+
+
+def _on_known(ltm, mats: dict, served=None):
+    """``ltm`` scored only on the candidates ``mats`` holds and, given ``served`` (``(a, cands) -> positions``),
+    among those serving scores (:func:`_nearest`): the fit then sees LTM-B as serving ranks with it, where a
+    document past the depth gets the lowest logit even when it is the gold. The others get the lowest logit
+    computed (0 when none is)."""
     def score(a: str, cands: list[str]) -> np.ndarray:
-        known = [k for k, c in enumerate(cands) if c in mats]
+        keep = served(a, cands) if served is not None else range(len(cands))
+        known = [k for k, c in enumerate(cands) if c in mats and k in keep]
         s = np.asarray(ltm(a, [cands[k] for k in known]), dtype=np.float64) if known else np.zeros(0)
         out = np.full(len(cands), float(s.min()) if len(s) else 0.0)
         out[known] = s

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from docmatch.fusion import SignalPool, weight_vector
+from docmatch.fusion import LTM_DEPTH, SignalPool, weight_vector
 
 
 def version_texts(version_dir: str | os.PathLike) -> dict[str, str]:
@@ -53,7 +53,7 @@ class FusedRanker:
     (its LTM-B, ids and titles) with ``weights`` (signal -> weight). ``related(doc_id, k)`` and ``score(pairs)``
     as the index's own, with fused scores (``w · features``: not probabilities)."""
 
-    def __init__(self, rel, texts: dict[str, str], means: np.ndarray, weights: dict, depth: int = 500):
+    def __init__(self, rel, texts: dict[str, str], means: np.ndarray, weights: dict, depth: int = LTM_DEPTH):
         self.rel, self.w, self.depth = rel, weight_vector(weights), depth
         self.weights = dict(weights)
         ltm = self._ltm if self.weights.get("ltm") else None

@@ -44,6 +44,7 @@ DEFAULT_WEIGHTS = {"bm25": 1.0, "mean": 1.0, "ltm": 0.0, "link": 1.0, "knn_link"
 GRID = {"bm25": (0.0, 0.25, 0.5, 0.75, 1.0), "mean": (0.0, 0.25, 0.5, 0.75, 1.0),
         "ltm": (0.0, 0.25, 0.5, 0.75, 1.0), "link": (0.0, 0.5, 1.0, 2.0, 4.0), "knn_link": (0.0, 1.0, 2.0, 4.0, 8.0),
         "cited": (0.0, 0.1, 0.25, 0.5)}
+LTM_DEPTH = 500  # documents nearest by mean vector that LTM-B scores for a query; the others get its lowest logit
 NEIGHBOURS = 10  # documents whose first implements link votes in knn_link (chosen on train + dev, SPEC §12)
 
 

@@ -168,3 +168,32 @@ def test_cited_is_the_log_count_of_documents_whose_basis_each_candidate_is():
         assert cited["law1"] == cited["law2"] and cited["reg1_0"] == cited["reg2_2"]
         raw = np.log1p([2 * per_law if d == "law0" else per_law if d.startswith("law") else 0 for d in cited])
         assert np.allclose(list(cited.values()), znorm(raw))
+
+
+def test_the_fit_scores_ltm_only_where_serving_does():
+    """Serving (docmatch.fused_serve.FusedRanker) scores LTM-B on the depth documents nearest by mean vector and
+    gives the rest its lowest logit; the fit's scorer (docmatch.fused_fit._on_known with _nearest) does the same,
+    so a gold document past the depth is not ranked by a logit serving never computes."""
+    from docmatch.fused_fit import _nearest, _on_known
+
+    rng = np.random.default_rng(0)
+    ids = [f"d{i}" for i in range(8)]
+    means = rng.normal(size=(8, 4))
+    means /= np.linalg.norm(means, axis=1, keepdims=True)
+    row = {d: i for i, d in enumerate(ids)}
+    cands = ids[1:]
+    near = _nearest(means, row, "d0", cands, depth=3)
+    by_cos = np.argsort(-(means[1:] @ means[0]), kind="stable")[:3]
+    assert near == set(by_cos.tolist())
+    assert _nearest(means, row, "d0", cands, depth=10) == set(range(7))
+    seen = []
+
+    def ltm(a, cs):  # a deterministic stand-in for LTM-B's logits: 10 + position, to see which were asked for
+        seen.append(list(cs))
+        return np.array([10.0 + cands.index(c) for c in cs])
+
+    mats = {d: None for d in ids}
+    s = _on_known(ltm, mats, lambda a, c: _nearest(means, row, a, c, depth=3))("d0", cands)
+    assert sorted(seen[-1]) == sorted(cands[k] for k in near)
+    far = [k for k in range(7) if k not in near]
+    assert all(s[k] == min(s) for k in far) and all(s[k] == 10.0 + k for k in near)
