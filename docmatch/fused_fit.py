@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from docmatch.fusion import (DEFAULT_WEIGHTS, LTM_DEPTH, SIGNALS, SignalPool, fit_weights, metrics,
-                             query_features)
+                             nearest_by_mean, query_features)
 
 
 def pool_texts(version_dir, ids, corpus=None, pairs: pd.DataFrame | None = None) -> tuple[dict, dict]:
@@ -106,12 +106,10 @@ def fit_fusion(version_dir, pairs: pd.DataFrame, mats: dict, ltm, cands, corpus=
 
 
 def _nearest(means: np.ndarray, row: dict, a: str, cands: list[str], depth: int = LTM_DEPTH) -> set[int]:
-    """Positions in ``cands`` of the ``depth`` nearest to ``a`` by mean vector (``means`` rows by ``row``), as
-    :class:`docmatch.fused_serve.FusedRanker` picks the documents LTM-B scores (all of them when fewer)."""
-    if len(cands) <= depth:
-        return set(range(len(cands)))
+    """Positions in ``cands`` of the ``depth`` nearest to ``a`` by mean vector (``means`` rows by ``row``): the
+    documents :class:`docmatch.fused_serve.FusedRanker` scores with LTM-B (:func:`docmatch.fusion.nearest_by_mean`)."""
     rows = np.array([row[c] for c in cands], dtype=np.int64)
-    return set(np.argsort(-(means[rows] @ means[row[a]]), kind="stable")[:depth].tolist())
+    return set(nearest_by_mean(means, row[a], rows, depth).tolist())
 
 
 def _on_known(ltm, mats: dict, served=None):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from docmatch.fusion import LTM_DEPTH, SignalPool, weight_vector
+from docmatch.fusion import LTM_DEPTH, SignalPool, nearest_by_mean, weight_vector
 
 
 def version_texts(version_dir: str | os.PathLike) -> dict[str, str]:
@@ -75,7 +75,7 @@ class FusedRanker:
         rows = np.array([self.rel.row[c] for c in cands], dtype=np.int64)
         if len(rows) <= self.depth:
             return self._logits(a, rows)
-        near = np.argsort(-(self.pool.means[rows] @ self.pool.means[self.pool.row[a]]), kind="stable")[:self.depth]
+        near = nearest_by_mean(self.pool.means, self.pool.row[a], rows, self.depth)
         s = self._logits(a, rows[near])
         out = np.full(len(rows), float(s.min()), dtype=np.float64)
         out[near] = s

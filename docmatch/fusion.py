@@ -125,6 +125,15 @@ def first_implemented(links: dict[str, str]) -> str | None:
     return next((d for d, kind in links.items() if kind == "implements"), None)
 
 
+def nearest_by_mean(means: np.ndarray, i: int, rows: np.ndarray, depth: int = LTM_DEPTH) -> np.ndarray:
+    """Positions in ``rows`` (k,) of the ``depth`` rows of ``means`` (n, dim) nearest to row ``i`` by cosine
+    (L2-normalised rows), nearest first, ties in order; every position when ``k <= depth``: the documents LTM-B
+    scores for a query, in serving and in the fit alike."""
+    if len(rows) <= depth:
+        return np.arange(len(rows))
+    return np.argsort(-(means[rows] @ means[i]), kind="stable")[:depth]
+
+
 def weight_vector(weights: dict) -> np.ndarray:
     """The weights (|SIGNALS|,) in :data:`SIGNALS` order (missing ones 0)."""
     return np.array([float(weights.get(s, 0.0)) for s in SIGNALS])
