@@ -18,7 +18,9 @@ from crawler.sandbox import ExtractionPool, SandboxError
 from tests.builders import gov_page, text_pdf
 from tests.http_hosts import hosts, send
 
-BOUNDED = ExtractConfig(timeout=8, memory=256 * 2**20, max_pages=20)
+# Generous clocks: these tests assert which bound stops a body (and that it stops in seconds, not the
+# minutes or gigabytes it would take unbounded), not how fast a loaded machine spawns a worker.
+BOUNDED = ExtractConfig(timeout=60, memory=256 * 2**20, max_pages=20)
 
 
 def raw_pdf(content: bytes, width: float = 595, height: float = 842, flate: bool = True) -> bytes:
@@ -73,7 +75,8 @@ def test_flate_bomb_pdf_fails_on_the_memory_cap_and_the_worker_recovers(pool):
     t = time.monotonic()
     with pytest.raises(SandboxError) as e:
         pool.extract(bomb, "http://x.cn/bomb.pdf", "application/pdf")
-    assert e.value.reason == "extraction_memory" and time.monotonic() - t < 8, (e.value.reason, str(e.value))
+    took = time.monotonic() - t  # the 256 MB cap stops it, well before the 60 s clock
+    assert e.value.reason == "extraction_memory" and took < 30, (e.value.reason, str(e.value), took)
     doc = pool.extract(text_pdf(["数据作为新型生产要素，是数字化、网络化、智能化的基础。"]), "http://x.cn/ok.pdf", None)
     assert "新型生产要素" in doc.text  # the pool goes on after a failure
 
@@ -84,7 +87,8 @@ def test_gigapixel_ocr_page_and_too_many_pages_are_refused_before_rendering(pool
     t = time.monotonic()
     with pytest.raises(SandboxError, match="too large to OCR") as e:
         pool.extract(giant, "http://x.cn/giant.pdf", "application/pdf")
-    assert e.value.reason == "extraction_failed" and time.monotonic() - t < 5
+    took = time.monotonic() - t  # refused from its size: rendering 3.6 Gpx would hit the cap or take minutes
+    assert e.value.reason == "extraction_failed" and took < 30, took
     with pytest.raises(ExtractionError, match="30 pages, over the cap of 20"):
         extract(blank_pdf(30), "http://x.cn/many.pdf", "application/pdf", cfg=BOUNDED)
 
@@ -96,7 +100,7 @@ def test_a_pdf_that_parses_forever_hits_the_wall_clock_limit():
         with pytest.raises(SandboxError) as e:
             p.extract(slow, "http://x.cn/slow.pdf", "application/pdf")
         took = time.monotonic() - t
-        assert e.value.reason == "extraction_timeout" and took < 4, (e.value.reason, took)
+        assert e.value.reason == "extraction_timeout" and took < 20, (e.value.reason, took)  # unbounded: ~100 s
         assert p.extract(gov_page().encode(), "http://x.cn/a.html", "text/html").title  # a fresh worker
 
 
@@ -125,7 +129,7 @@ def test_failed_page_is_not_extracted_again_until_its_bytes_change(tmp_path):
     routes = {"/robots.txt": lambda h: send(h, 200, b"User-agent: *\nAllow: /\n", "text/plain"),
               "/slow.pdf": lambda h: send(h, 200, slow, "application/pdf")}
     cfg = CrawlConfig(fetch=FetchConfig(delay=0.05, retries=0, read_timeout=2),
-                      extract=ExtractConfig(timeout=1.5, memory=1 << 30))
+                      extract=ExtractConfig(timeout=5, memory=1 << 30))  # the fixed PDF: ~0.3 s
     with hosts(routes) as (a,):
         src = Source(name="慢", id="src-slow", hosts=(a.netloc,), seeds=(a.url("/slow.pdf"),),
                      allow_private_addresses=True)
@@ -138,7 +142,7 @@ def test_failed_page_is_not_extracted_again_until_its_bytes_change(tmp_path):
         _, f2 = documents_from_archive([src], state, archive, cfg.extract)
         second = time.monotonic() - t
         assert f1["reason"].tolist() == f2["reason"].tolist() == ["extraction_timeout"]
-        assert first >= 1.5 and second < 0.5, (first, second)  # recorded by sha256: no worker started
+        assert first >= 5 and second < 3, (first, second)  # recorded by sha256: no worker started
         a.routes["/slow.pdf"] = lambda h: send(h, 200, fixed, "application/pdf")  # the bytes change
         crawl([src], state, archive, CrawlConfig(fetch=cfg.fetch, extract=cfg.extract, refresh=True))
         docs, f3 = documents_from_archive([src], state, archive, cfg.extract)
