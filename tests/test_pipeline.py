@@ -317,9 +317,14 @@ def test_dask_runner_gives_byte_identical_outputs(real_slice, tmp_path):
     out = {}
     for runner in ("threads", "dask"):
         data = tmp_path / runner
-        res = subprocess.run([sys.executable, "-m", "flows.pipeline", "--input", str(real_slice), "--data-dir",
-                              str(data), "--profile", "tiny", "--task-runner", runner], cwd=REPO, capture_output=True,
-                             text=True, timeout=600)
+        try:
+            res = subprocess.run([sys.executable, "-m", "flows.pipeline", "--input", str(real_slice), "--data-dir",
+                                  str(data), "--profile", "tiny", "--task-runner", runner], cwd=REPO,
+                                 capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired as exc:  # say where it stood, not only that it did not end
+            tail = (exc.stderr or b"")[-4000:]
+            pytest.fail(f"{runner} run not done in 600 s; its log ends:\n"
+                        f"{tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         out[runner] = data
     a, b = out["threads"], out["dask"]
