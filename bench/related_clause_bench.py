@@ -4,8 +4,8 @@
         [--cite-sample 150 60 150] [--out FILE.json]
 
 A pair's gold is the FIRST law of the regulation's first ``根据《…》`` clause (:mod:`docmatch.citations`), and the
-strip removes that clause to its first comma, so when the clause named several laws of the corpus the others go
-with it. Per sample seed (the whole-corpus pool of :func:`docmatch.fused_eval.run_version_pool`: lexical signals,
+strip removes that clause to its first comma (the citing-clause pattern of :mod:`docmatch.pairs`, read here too),
+so when the clause named several laws of the corpus the others go with it. Per sample seed (the whole-corpus pool of :func:`docmatch.fused_eval.run_version_pool`: lexical signals,
 weights fitted on the train regulations), each test regulation's top-ranked law is counted three ways, side by
 side for the fusion and BM25:
 
@@ -30,19 +30,25 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "lawrefbook.jsonl.gz"
-_CLAUSE = re.compile(r"根据(《[^。]{0,300}?)(?:，|,|。|制定)")
 _TITLE = re.compile(r"《([^》]{2,80})》")
+
+
+def short_title(title: str) -> str:
+    """``title`` without its leading 中华人民共和国."""
+    from docmatch.pairs import PREFIX
+
+    return title[len(PREFIX):] if title.startswith(PREFIX) else title
 
 
 def clause_laws(text: str, by_short: dict[str, int]) -> list[int]:
     """Indices (values of ``by_short``: law title without 中华人民共和国 -> index) of the laws the first
-    ``根据《…》`` clause of ``text`` names, in order, each once; [] when it has none."""
-    from docmatch.pairs import PREFIX
+    ``根据《…》…，`` clause of ``text`` (what the strip removes) names, in order, each once; [] when it has none."""
+    from docmatch.pairs import _CITING  # the strip's own clause pattern, so both read the same clause
 
-    m = _CLAUSE.search(text)
+    m = _CITING.search(text)
     out: list[int] = []
-    for x in _TITLE.findall(m.group(1)) if m else ():
-        k = by_short.get(x[len(PREFIX):] if x.startswith(PREFIX) else x)
+    for x in _TITLE.findall(m.group(0)) if m else ():
+        k = by_short.get(short_title(x))
         if k is not None and k not in out:
             out.append(k)
     return out
@@ -52,13 +58,13 @@ def run_seed(corpus, pairs, seed: int, sample: dict) -> dict:
     """The three counts of the module docstring for one sample seed, fused and BM25."""
     from docmatch.citations import sample_split, stripped_texts
     from docmatch.fusion import SIGNALS, SignalPool, fit_weights, query_features, weight_vector
-    from docmatch.pairs import LAW_LEVEL, PREFIX
+    from docmatch.pairs import LAW_LEVEL
 
     ids = corpus["id"].tolist()
     titles = dict(zip(corpus["id"], corpus["title"]))
     raw = dict(zip(corpus["id"], corpus["text"]))
     laws = corpus.loc[corpus["level"] == LAW_LEVEL, "id"].tolist()
-    by_short = {(titles[x][len(PREFIX):] if titles[x].startswith(PREFIX) else titles[x]): k for k, x in enumerate(laws)}
+    by_short = {short_title(titles[x]): k for k, x in enumerate(laws)}
     cite = sample_split(pairs, sample, seed)
     pool = SignalPool(ids, stripped_texts(corpus, cite), titles, np.zeros((len(ids), 1), np.float32))
     train, test = cite[cite["split"] == "train"], cite[cite["split"] == "test"]
